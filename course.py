@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Set up the course environment in ``.venv`` and open the course or run its tests.
+
+    python3 course.py lab     # create/refresh .venv, register its kernel, start JupyterLab
+    python3 course.py test    # create/refresh .venv, run unit tests, doctests and notebooks
+
+Only the standard library is used here, so this runs on a machine that has nothing but Python 3.11+.
+The first run installs PyTorch and friends (a few minutes); later runs reuse ``.venv`` and start at once.
+Extra arguments after ``test`` go to pytest, e.g. ``python3 course.py test notebooks/01_dp_intro.ipynb``.
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / ("python.exe" if os.name == "nt" else "python")
+STAMP = VENV / ".dp-course-installed"
+KERNEL_NAME = "python3"
+KERNEL_DISPLAY = "Python 3 (dp-course)"
+# d2l is only the reference the parity tests compare against. Its exact pins (numpy==1.23.5, ...)
+# would downgrade the course environment, so it is installed without its dependencies.
+D2L = "d2l==1.0.3"
+
+
+def say(msg):
+    print(f"[course] {msg}", flush=True)
+
+
+def run(cmd, **kw):
+    say(" ".join(str(c) for c in cmd))
+    subprocess.run([str(c) for c in cmd], check=True, **kw)
+
+
+def wanted_stamp(extras):
+    text = (ROOT / "pyproject.toml").read_bytes() + ",".join(extras).encode() + D2L.encode()
+    return hashlib.sha256(text).hexdigest()
+
+
+def ensure_venv(extras):
+    if sys.version_info < (3, 11):
+        sys.exit(f"[course] Python 3.11 or newer is needed; this is {sys.version.split()[0]}. "
+                 "Run this script with python3.11 (or newer).")
+    if not PY.exists():
+        say(f"creating {VENV}")
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    stamp = wanted_stamp(extras)
+    if STAMP.exists() and STAMP.read_text().strip() == stamp:
+        say(".venv is up to date")
+        return
+    say("installing the course environment (first run: a few minutes, PyTorch is large)")
+    run([PY, "-m", "pip", "install", "--upgrade", "pip"])
+    run([PY, "-m", "pip", "install", "-e", f".[{','.join(extras)}]"], cwd=ROOT)
+    if "test" in extras:
+        run([PY, "-m", "pip", "install", "--no-deps", D2L])
+    register_kernel()
+    STAMP.write_text(stamp + "\n")
+
+
+def register_kernel():
+    """Point the kernel JupyterLab offers at this venv's interpreter (an absolute path, not "python"
+    looked up on PATH, which on many machines is a system Python without torch)."""
+    run([PY, "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL_NAME,
+         "--display-name", KERNEL_DISPLAY])
+
+
+def venv_env():
+    env = dict(os.environ)
+    env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
+    env["VIRTUAL_ENV"] = str(VENV)
+    env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    env["PYTHONPATH"] = ""
+    return env
+
+
+def lab(args):
+    ensure_venv(["course"])
+    cmd = [BIN / "jupyter", "lab", "--notebook-dir", ROOT / "notebooks", "--ip", "127.0.0.1"]
+    headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) and sys.platform.startswith("linux")
+    if headless:
+        cmd.append("--no-browser")
+        say("no display found: JupyterLab will print a URL with its token; open it in your browser "
+            "(over ssh: ssh -L 8888:127.0.0.1:8888 this-host)")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    cmd += args
+    say(" ".join(str(c) for c in cmd))
+    try:
+        return subprocess.call([str(c) for c in cmd], env=venv_env(), cwd=ROOT / "notebooks")
+    except KeyboardInterrupt:
+        return 0
+
+
+def test(args):
+    ensure_venv(["course", "test"])
+    return subprocess.call([str(PY), "-m", "pytest", *args], env=venv_env(), cwd=ROOT)
+
+
+def main(argv):
+    if len(argv) < 1 or argv[0] not in ("lab", "test"):
+        print(__doc__)
+        return 2
+    return {"lab": lab, "test": test}[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

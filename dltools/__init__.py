@@ -1,0 +1,41 @@
+"""dltools: the helper package of the dp-course notebooks.
+
+Names follow ``d2l.torch`` where d2l has the same function, so d2l-style code runs on it::
+
+    import dltools
+    devices = dltools.try_all_gpus()          # [cpu] on a machine without GPUs, never []
+    train_iter, test_iter = dltools.load_data_fashion_mnist(256)
+    timer = dltools.Timer()
+
+One idea per module: devices, timing, plotting, data, models, training, parallel, distributed,
+exercises.
+"""
+from .devices import cpu, device_report, distributed_backend, gpu, num_gpus, try_all_gpus, try_gpu
+from .timing import Accumulator, Timer
+from .plotting import Animator, plot, set_axes, set_figsize, show_images, use_svg_display
+from .data import (FASHION_MNIST_ARCHIVES, DatasetUnavailableError, RandomDataset,
+                   classification_data, data_root, get_fashion_mnist_labels, load_array,
+                   load_data_fashion_mnist, regression_data, synthetic_data)
+from .models import Residual, init_weights_normal, num_params, resnet18
+from .training import accuracy, evaluate_accuracy_gpu, progress, train_batch_ch13, train_ch13
+from .parallel import chunk_sizes, data_parallel, wrap_data_parallel
+from . import exercises
+
+__version__ = "0.1.0"
+
+
+def seed_everything(seed=0):
+    """Seed Python's, NumPy's and PyTorch's random generators (all devices).
+
+    >>> seed_everything(0); a = torch.rand(1); seed_everything(0); torch.equal(a, torch.rand(1))
+    True
+    """
+    import random
+
+    import numpy as np
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+import torch  # noqa: E402  (used by seed_everything's doctest and by d2l-style code: dltools.torch)

@@ -1,0 +1,95 @@
+"""Timing and counting: ``Timer`` and ``Accumulator`` (same names and methods as d2l)."""
+import time
+
+import numpy as np
+import torch
+
+__all__ = ["Timer", "Accumulator"]
+
+
+def _synchronize():
+    # CUDA kernels run asynchronously: without this a timer reads how long it took to *launch* work.
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class Timer:
+    """Record running times (``time.perf_counter``), waiting for queued CUDA work before each reading.
+
+    >>> timer = Timer()          # starts at once, as in d2l
+    >>> t = timer.stop()
+    >>> t >= 0 and len(timer.times) == 1
+    True
+    >>> timer.times = [1.0, 2.0, 3.0]
+    >>> timer.avg(), timer.sum(), timer.cumsum()
+    (2.0, 6.0, [1.0, 3.0, 6.0])
+    """
+
+    def __init__(self):
+        self.times = []
+        self.start()
+
+    def start(self):
+        """Start the timer."""
+        _synchronize()
+        self.tik = time.perf_counter()
+
+    def stop(self):
+        """Stop the timer, record the time in ``self.times`` and return it."""
+        _synchronize()
+        self.times.append(time.perf_counter() - self.tik)
+        return self.times[-1]
+
+    def avg(self):
+        """Return the average time (0.0 when nothing was recorded)."""
+        return sum(self.times) / len(self.times) if self.times else 0.0
+
+    def sum(self):
+        """Return the sum of recorded times."""
+        return sum(self.times)
+
+    def cumsum(self):
+        """Return the accumulated times as a list."""
+        return np.array(self.times).cumsum().tolist()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class Accumulator:
+    """Accumulate sums over ``n`` variables.
+
+    >>> metric = Accumulator(3)
+    >>> metric.add(1, 2.5, 3)
+    >>> metric.add(1, 0.5, 3)
+    >>> metric[0], metric[1], metric[2]
+    (2.0, 3.0, 6.0)
+    >>> metric.reset(); metric.data
+    [0.0, 0.0, 0.0]
+    """
+
+    def __init__(self, n):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"Accumulator needs a positive number of variables, got {n!r}")
+        self.data = [0.0] * n
+
+    def add(self, *args):
+        """Add one value to each variable (exactly ``n`` values)."""
+        if len(args) != len(self.data):
+            raise ValueError(f"Accumulator holds {len(self.data)} variables, add() got {len(args)} values")
+        self.data = [a + float(b) for a, b in zip(self.data, args)]
+
+    def reset(self):
+        """Set every variable back to 0."""
+        self.data = [0.0] * len(self.data)
+
+    def __getitem__(self, idx):
+        return self.data[idx]
+
+    def __len__(self):
+        return len(self.data)

@@ -1,0 +1,47 @@
+"""Re-run notebooks top to bottom and save them with their outputs, ready to commit.
+
+    .venv/bin/python tools/run_notebooks.py notebooks/01_dp_intro.ipynb [more.ipynb ...]
+    .venv/bin/python tools/run_notebooks.py            # every notebook in notebooks/
+
+Outputs are cleared first and the kernel is fresh, so execution counts run 1..N; the same
+environment variables as the test run are set (see tests/conftest.py), so strict nbval compares
+like with like.
+"""
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbconvert.preprocessors import ExecutePreprocessor
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from notebook_env import apply_notebook_env  # noqa: E402
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (dp-course)", "language": "python"}
+
+
+def run(path):
+    path = Path(path).resolve()
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+            cell.metadata.pop("execution", None)
+    nb.metadata["kernelspec"] = KERNELSPEC
+    t = time.perf_counter()
+    ExecutePreprocessor(timeout=900, kernel_name="python3", allow_errors=False,
+                        store_widget_state=True).preprocess(nb, {"metadata": {"path": str(path.parent)}})
+    # Some cells are expected to raise (tagged raises-exception); everything else must not.
+    nbformat.write(nb, path)
+    counts = [c.execution_count for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    assert counts == list(range(1, len(counts) + 1)), f"{path.name}: execution counts {counts}"
+    print(f"{path.relative_to(ROOT)}: {len(counts)} cells in {time.perf_counter() - t:.1f} s")
+
+
+if __name__ == "__main__":
+    apply_notebook_env(os.environ)
+    paths = sys.argv[1:] or sorted(str(p) for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    for p in paths:
+        run(p)
