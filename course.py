@@ -26,6 +26,10 @@ KERNEL_DISPLAY = "Python 3 (dp-course)"
 # d2l is only the reference the parity tests compare against. Its exact pins (numpy==1.23.5, ...)
 # would downgrade the course environment, so it is installed without its dependencies.
 D2L = "d2l==1.0.3"
+# JupyterLab reads every file in <its app dir>/settings/overrides.d as default settings for everyone who
+# uses this environment (a learner's own changes in the Settings Editor still win).
+LAB_SETTINGS = ROOT / "tools" / "lab_settings" / "overrides.json"
+LAB_OVERRIDES = VENV / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "dp-course.json"
 
 
 def say(msg):
@@ -78,20 +82,34 @@ def venv_env():
     return env
 
 
-def lab(args):
-    ensure_venv(["course"])
-    cmd = [BIN / "jupyter", "lab", "--notebook-dir", ROOT / "notebooks", "--ip", "127.0.0.1"]
-    headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) and sys.platform.startswith("linux")
+def install_lab_settings():
+    """Install the course's JupyterLab defaults (tools/lab_settings/) into .venv; the browser test uses
+    the same ones."""
+    LAB_OVERRIDES.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(LAB_SETTINGS, LAB_OVERRIDES)
+
+
+def lab_command(notebook_dir=ROOT / "notebooks", headless=True, args=()):
+    """The command line that starts JupyterLab on the course (tests/test_browser.py runs it too)."""
+    cmd = [BIN / "jupyter", "lab", "--notebook-dir", notebook_dir, "--ip", "127.0.0.1"]
     if headless:
         cmd.append("--no-browser")
-        say("no display found: JupyterLab will print a URL with its token; open it in your browser "
-            "(over ssh: ssh -L 8888:127.0.0.1:8888 this-host)")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
-    cmd += args
-    say(" ".join(str(c) for c in cmd))
+    return [str(c) for c in cmd] + [str(a) for a in args]
+
+
+def lab(args):
+    ensure_venv(["course"])
+    install_lab_settings()
+    headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) and sys.platform.startswith("linux")
+    if headless:
+        say("no display found: JupyterLab will print a URL with its token; open it in your browser "
+            "(over ssh: ssh -L 8888:127.0.0.1:8888 this-host)")
+    cmd = lab_command(ROOT / "notebooks", headless, args)
+    say(" ".join(cmd))
     try:
-        return subprocess.call([str(c) for c in cmd], env=venv_env(), cwd=ROOT / "notebooks")
+        return subprocess.call(cmd, env=venv_env(), cwd=ROOT / "notebooks")
     except KeyboardInterrupt:
         return 0
 

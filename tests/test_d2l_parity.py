@@ -1,0 +1,85 @@
+"""dltools must agree with d2l (1.0.3, installed without its pinned dependencies) where d2l works."""
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import dltools
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+d2l = pytest.importorskip("d2l.torch", reason="d2l is installed by `python3 course.py test`")
+ROOT = dltools.data_root().parent
+
+
+@pytest.fixture
+def in_notebooks(monkeypatch):
+    # d2l reads "../data" relative to the working directory: from notebooks/ that is <repo>/data,
+    # the default dltools uses too.
+    monkeypatch.chdir(ROOT / "notebooks")
+    assert (ROOT / "data" / "FashionMNIST" / "raw").exists(), "copy the archives first (README)"
+
+
+@pytest.mark.parametrize("resize", [None, 64])
+def test_fashion_mnist_batches_equal_d2l(in_notebooks, resize):
+    _, d2l_test = d2l.load_data_fashion_mnist(256, resize=resize)
+    d2l_train, _ = d2l.load_data_fashion_mnist(256, resize=resize)
+    _, our_test = dltools.load_data_fashion_mnist(256, resize=resize)
+    assert len(our_test) == len(d2l_test)
+    for i, ((X1, y1), (X2, y2)) in enumerate(zip(d2l_test, our_test)):
+        assert X1.shape == X2.shape and X1.dtype == X2.dtype and y1.dtype == y2.dtype
+        assert torch.equal(X1, X2), f"batch {i} differs"
+        assert torch.equal(y1, y2)
+        if i == 2:
+            break
+    assert len(d2l_train.dataset) == 60000
+
+
+def test_resnet18_matches_d2l_shapes_and_parameter_count():
+    ours = dltools.resnet18(10)
+    theirs = d2l.resnet18(10)
+    X = torch.rand(2, 1, 28, 28)
+    theirs(X)  # materialise d2l's lazy layers
+    ours.eval(), theirs.eval()
+    assert ours(X).shape == theirs(X).shape == (2, 10)
+    assert dltools.num_params(ours) == sum(p.numel() for p in theirs.parameters())
+    assert [p.shape for p in ours.parameters()] == [p.shape for p in theirs.parameters()]
+
+
+def test_timer_and_accumulator_semantics_match_d2l():
+    a, b = dltools.Timer(), d2l.Timer()
+    a.times = b.times = [0.25, 0.5, 1.0]
+    assert (a.avg(), a.sum(), a.cumsum()) == (b.avg(), b.sum(), b.cumsum())
+    x, y = dltools.Accumulator(3), d2l.Accumulator(3)
+    for args in [(1, 2.5, 3), (4, 5, 6.5)]:
+        x.add(*args), y.add(*args)
+    assert [x[i] for i in range(3)] == [y[i] for i in range(3)]
+    x.reset(), y.reset()
+    assert x.data == y.data
+
+
+def test_accuracy_matches_d2l():
+    torch.manual_seed(0)
+    y_hat, y = torch.randn(50, 10), torch.randint(0, 10, (50,))
+    assert dltools.accuracy(y_hat, y) == d2l.accuracy(y_hat, y)
+    labels = y_hat.argmax(dim=1)
+    assert dltools.accuracy(labels, y) == d2l.accuracy(labels, y)
+
+
+def test_evaluate_accuracy_matches_d2l():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    data = [(torch.randn(8, 1, 2, 2), torch.randint(0, 3, (8,))) for _ in range(4)]
+    assert dltools.evaluate_accuracy_gpu(net, data) == pytest.approx(d2l.evaluate_accuracy_gpu(net, data))
+
+
+def test_fashion_mnist_labels_match_d2l():
+    assert dltools.get_fashion_mnist_labels(range(10)) == d2l.get_fashion_mnist_labels(range(10))
+
+
+def test_where_d2l_breaks_on_cpu_dltools_does_not():
+    if dltools.num_gpus() == 0:
+        assert d2l.try_all_gpus() == []          # d2l's documented [cpu] is not what it returns
+        assert dltools.try_all_gpus() == [torch.device("cpu")]
+    assert d2l.try_gpu(10_000) == dltools.try_gpu(10_000)

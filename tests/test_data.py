@@ -1,0 +1,151 @@
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import dltools
+from dltools import data
+
+SHARED_RAW = data.data_root() / "FashionMNIST" / "raw"
+
+
+def _need_archives():
+    missing = [n for n in data.FASHION_MNIST_ARCHIVES if not (SHARED_RAW / n).exists()]
+    if missing:
+        pytest.fail(f"the Fashion-MNIST archives are not in {SHARED_RAW} ({missing}); "
+                    "copy them there (see README: 'Data set offline')")
+
+
+@pytest.fixture
+def archive_root(tmp_path):
+    """A fresh data root holding copies of the four archives only (nothing extracted yet)."""
+    _need_archives()
+    raw = tmp_path / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in data.FASHION_MNIST_ARCHIVES:
+        shutil.copy(SHARED_RAW / name, raw / name)
+    return tmp_path
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Point torchvision's mirrors at a closed local port, so a download attempt fails at once."""
+    from torchvision.datasets import FashionMNIST
+    monkeypatch.setattr(FashionMNIST, "mirrors", ["http://127.0.0.1:9/"])
+
+
+def test_loads_from_archives_via_env_var(archive_root, monkeypatch, offline):
+    monkeypatch.setenv("DLTOOLS_DATA", str(archive_root))
+    train_iter, test_iter = dltools.load_data_fashion_mnist(1000)
+    assert len(train_iter.dataset) == 60000 and len(test_iter.dataset) == 10000
+    assert len(train_iter) == 60 and len(test_iter) == 10
+    X, y = next(iter(train_iter))
+    assert X.shape == (1000, 1, 28, 28) and X.dtype == torch.float32 and y.dtype == torch.int64
+    assert 0.0 <= X.min() and X.max() <= 1.0
+    assert set(y.tolist()) == set(range(10))
+
+
+def test_root_argument_wins_over_env_var(archive_root, monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("DLTOOLS_DATA", str(tmp_path_factory.mktemp("elsewhere")))
+    assert data.data_root(archive_root) == archive_root
+    assert data.data_root() != archive_root
+
+
+def test_every_image_appears_once_per_epoch_and_shuffle_is_seedable(archive_root):
+    train_a, _ = dltools.load_data_fashion_mnist(4096, root=archive_root, seed=1)
+    train_b, _ = dltools.load_data_fashion_mnist(4096, root=archive_root, seed=1)
+    labels_a = torch.cat([y for _, y in train_a])
+    labels_b = torch.cat([y for _, y in train_b])
+    assert torch.equal(labels_a, labels_b)
+    assert torch.equal(labels_a.sort().values, train_a.labels.sort().values)
+    assert not torch.equal(labels_a, torch.cat([y for _, y in train_a])), "each epoch reshuffles"
+
+
+def test_resize_and_subsets(archive_root):
+    train_iter, test_iter = dltools.load_data_fashion_mnist(32, resize=(40, 48), root=archive_root,
+                                                            num_train=100, num_test=50)
+    X, _ = next(iter(train_iter))
+    assert X.shape == (32, 1, 40, 48)
+    assert len(train_iter.dataset) == 100 and len(test_iter.dataset) == 50
+    assert [len(y) for _, y in test_iter] == [32, 18]
+
+
+@pytest.mark.parametrize("batch_size, err", [(0, ValueError), (-3, ValueError), (2.5, TypeError),
+                                             ("256", TypeError)])
+def test_bad_batch_size_is_refused_before_any_loading(batch_size, err, tmp_path):
+    with pytest.raises(err, match="batch_size"):
+        dltools.load_data_fashion_mnist(batch_size, root=tmp_path)
+    assert not any(tmp_path.iterdir()), "nothing may be created for a call that is refused"
+
+
+@pytest.mark.parametrize("resize", [0, (28,), (28, -1), "64"])
+def test_bad_resize_is_refused(resize, tmp_path):
+    with pytest.raises(ValueError, match="resize"):
+        dltools.load_data_fashion_mnist(8, resize=resize, root=tmp_path)
+
+
+def test_bad_subset_size_is_refused(archive_root):
+    with pytest.raises(ValueError, match="num_train must be between 1 and 60000"):
+        dltools.load_data_fashion_mnist(8, root=archive_root, num_train=0)
+
+
+def test_missing_data_offline_names_files_md5s_and_folder(tmp_path, offline):
+    with pytest.raises(dltools.DatasetUnavailableError) as info:
+        dltools.load_data_fashion_mnist(256, root=tmp_path)
+    msg = str(info.value)
+    raw = tmp_path / "FashionMNIST" / "raw"
+    assert str(raw) in msg
+    for name, md5 in data.FASHION_MNIST_ARCHIVES.items():
+        assert name in msg and md5 in msg
+    assert "DLTOOLS_DATA" in msg
+    assert not raw.exists() or not any(raw.iterdir()), "no partial download may be left behind"
+
+
+def test_corrupt_archive_is_named_and_nothing_is_extracted(archive_root, offline):
+    raw = archive_root / "FashionMNIST" / "raw"
+    bad = raw / "train-labels-idx1-ubyte.gz"
+    bad.write_bytes(bad.read_bytes()[:1000])
+    before = sorted(p.name for p in raw.iterdir())
+    with pytest.raises(dltools.DatasetUnavailableError, match="train-labels-idx1-ubyte.gz is corrupt"):
+        dltools.load_data_fashion_mnist(256, root=archive_root)
+    assert sorted(p.name for p in raw.iterdir()) == before, "nothing half-written may be left"
+    assert bad.exists(), "the user's file is reported, not deleted"
+
+
+def test_truncated_extracted_file_is_detected(archive_root):
+    dltools.load_data_fashion_mnist(256, root=archive_root)           # extracts
+    extracted = archive_root / "FashionMNIST" / "raw" / "t10k-labels-idx1-ubyte"
+    extracted.write_bytes(extracted.read_bytes()[:-100])
+    with pytest.raises(Exception, match="t10k|size|wrong|shape"):
+        data.load_fashion_mnist(train=False, root=archive_root)
+
+
+def test_labels():
+    assert dltools.get_fashion_mnist_labels([0, 1, 9]) == ["t-shirt", "trouser", "ankle boot"]
+    assert len(data.FASHION_MNIST_LABELS) == 10
+
+
+def test_dataset_view_indexes_like_a_dataset():
+    images = torch.arange(3 * 4, dtype=torch.uint8).reshape(3, 2, 2)
+    it = data.TensorBatchIterator(images, torch.tensor([5, 6, 7]), batch_size=2)
+    X, y = it.dataset[2]
+    assert X.shape == (1, 2, 2) and y == 7
+    assert torch.equal(it.dataset[-1][0], X)
+
+
+def test_batch_iterator_rejects_mismatched_lengths():
+    with pytest.raises(ValueError, match="3 images but 2 labels"):
+        data.TensorBatchIterator(torch.zeros(3, 2, 2, dtype=torch.uint8), torch.zeros(2), 1)
+
+
+def test_synthetic_data_is_seeded_and_learnable():
+    X, y, w, b = dltools.regression_data(200, 10, seed=3)
+    X2, *_ = dltools.regression_data(200, 10, seed=3)
+    assert torch.equal(X, X2)
+    residual = y - (X @ w + b)
+    assert residual.abs().max() < 0.1
+    X, y = dltools.classification_data(500, 10, 5, seed=1)
+    assert sorted(set(y.tolist())) == [0, 1, 2, 3, 4], "unlike randint(0, 1), all classes appear"
+    ds = dltools.RandomDataset(5, 100, seed=2)
+    assert len(ds) == 100 and torch.equal(ds[7], dltools.RandomDataset(5, 100, seed=2)[7])
