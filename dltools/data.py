@@ -90,6 +90,10 @@ def load_fashion_mnist(train=True, root=None, download=True):
 
     Files are fetched and checked by ``torchvision.datasets.FashionMNIST`` (md5 of each archive);
     archives already in ``<root>/FashionMNIST/raw/`` are verified, not downloaded.
+
+    >>> images, labels = load_fashion_mnist(train=False)
+    >>> images.shape, images.dtype, labels[:5].tolist()
+    (torch.Size([10000, 28, 28]), torch.uint8, [9, 2, 1, 1, 6])
     """
     from torchvision.datasets import FashionMNIST
 
@@ -202,9 +206,11 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, *, num_train=Non
     ``root``: see :func:`data_root`. ``num_train``/``num_test``: keep only the first examples (for
     quick CPU runs). ``seed``: make the training shuffle independent of the global RNG.
 
-    >>> train_iter, test_iter = load_data_fashion_mnist(256)      # doctest: +SKIP
-    >>> X, y = next(iter(train_iter)); X.shape, X.dtype, y.dtype   # doctest: +SKIP
+    >>> train_iter, test_iter = load_data_fashion_mnist(256)
+    >>> X, y = next(iter(train_iter)); X.shape, X.dtype, y.dtype
     (torch.Size([256, 1, 28, 28]), torch.float32, torch.int64)
+    >>> len(train_iter), len(test_iter)
+    (235, 40)
     >>> load_data_fashion_mnist(0)
     Traceback (most recent call last):
         ...

@@ -78,6 +78,13 @@ def train_batch_ch13(net, X, y, loss, trainer, devices):
 
     ``loss`` may reduce with ``'none'`` (per-example losses, summed before backward, as in d2l) or
     ``'mean'`` (backward on the mean; the returned sum is ``mean * batch``).
+
+    >>> net = nn.Linear(3, 2)
+    >>> X, y = torch.randn(4, 3), torch.tensor([0, 1, 1, 0])
+    >>> l, correct = train_batch_ch13(net, X, y, nn.CrossEntropyLoss(reduction='none'),
+    ...                               torch.optim.SGD(net.parameters(), lr=0.1), ['cpu'])
+    >>> l > 0, 0 <= correct <= 4
+    (True, True)
     """
     X, y = _to(X, devices[0]), y.to(devices[0])
     net.train()
