@@ -13,17 +13,25 @@ devices, including the same CPU device several times (each replica runs in its o
 * ``gather`` concatenates the outputs on ``output_device`` (0-dim outputs are unsqueezed into a
   vector, with PyTorch's warning).
 
+Two tools look at the cost: :func:`step_traffic` counts the bytes one training step moves to and
+from the master device, and a ``timeline`` list (given to :func:`parallel_apply`,
+:func:`data_parallel` or set as ``DataParallel.timeline``) records when each step ran, per replica.
+
 On GPUs, prefer ``torch.nn.DataParallel`` itself; :func:`wrap_data_parallel` picks for you.
 """
+import contextlib
 import copy
 import threading
+import time
+import traceback
 import warnings
 
 import torch
 from torch import nn
 
 __all__ = ["as_device", "chunk_sizes", "replicate", "scatter", "scatter_kwargs", "parallel_apply",
-           "gather", "data_parallel", "DataParallel", "wrap_data_parallel", "replica_index"]
+           "gather", "data_parallel", "DataParallel", "wrap_data_parallel", "replica_index",
+           "step_traffic", "tensor_bytes"]
 
 _local = threading.local()
 
@@ -207,14 +215,21 @@ def _autocast_state(device):
         return False, None
 
 
-def parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
+def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=None):
     """Run ``modules[i](*inputs[i], **kwargs_tup[i])`` in parallel threads; return the outputs in order.
 
     An exception in any replica is raised in the caller with the replica's index and traceback.
+    With a list as ``timeline``, one event per replica is appended to it (in replica order):
+    ``{'lane': 'replica i', 'what': 'forward', 'start': s, 'end': e}``, times from
+    ``time.perf_counter()``.
 
     >>> outs = parallel_apply([nn.Identity(), nn.Identity()], [(torch.zeros(1),), (torch.ones(1),)])
     >>> [o.item() for o in outs]
     [0.0, 1.0]
+    >>> events = []
+    >>> _ = parallel_apply([nn.Identity()] * 2, [(torch.zeros(1),)] * 2, timeline=events)
+    >>> [(e['lane'], e['what'], e['end'] >= e['start']) for e in events]
+    [('replica 0', 'forward', True), ('replica 1', 'forward', True)]
     """
     if len(modules) != len(inputs):
         raise ValueError(f"{len(modules)} modules but {len(inputs)} inputs")
@@ -230,9 +245,11 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
             raise ValueError(f"{len(modules)} modules but {len(devices)} devices")
     grad_enabled = torch.is_grad_enabled()
     results = [None] * len(modules)
+    times = [None] * len(modules)
 
     def worker(i, module, inp, kwargs, device):
         _local.index = i
+        start = time.perf_counter()
         try:
             enabled, dtype = _autocast_state(device)
             with torch.set_grad_enabled(grad_enabled), \
@@ -242,9 +259,9 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
                     inp = (inp,)
                 results[i] = ("ok", module(*inp, **kwargs))
         except BaseException as err:  # noqa: B036 - re-raised in the caller
-            import traceback
             results[i] = ("error", err, traceback.format_exc())
         finally:
+            times[i] = (start, time.perf_counter())
             _local.index = None
 
     args = list(zip(range(len(modules)), modules, inputs, kwargs_tup, devices))
@@ -256,12 +273,18 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
             t.start()
         for t in threads:
             t.join()
+    if timeline is not None:
+        # Appended here, in replica order, rather than from the threads (whose order varies).
+        timeline.extend({"lane": f"replica {i}", "what": "forward", "start": s, "end": e}
+                        for i, (s, e) in enumerate(times))
     outputs = []
     for i, r in enumerate(results):
         if r[0] == "error":
             _, err, tb = r
-            raise type(err)(f"{err}\n(raised in replica {i} on device {devices[i]}; its traceback:)\n{tb}") \
-                if _rebuildable(err) else err
+            if _rebuildable(err):
+                raise type(err)(f"{err}\n(raised in replica {i} on device {devices[i]}; its "
+                                f"traceback:)\n{tb}") from err
+            raise err
         outputs.append(r[1])
     return outputs
 
@@ -339,33 +362,70 @@ def gather(outputs, target_device, dim=0):
 # ------------------------------------------------------------------ the whole thing
 
 
-def data_parallel(module, inputs, device_ids=None, output_device=None, dim=0, module_kwargs=None):
+def _check_on_source(module, src_device):
+    for t in list(module.parameters()) + list(module.buffers()):
+        if t.device != src_device:
+            raise RuntimeError(
+                f"module must have its parameters and buffers on device {src_device} "
+                f"(device_ids[0]) but found one of them on device: {t.device}; "
+                f"call .to({str(src_device)!r}) on the model before wrapping it")
+
+
+@contextlib.contextmanager
+def _span(timeline, what, lane="master"):
+    """Append ``{'lane', 'what', 'start', 'end'}`` for the ``with`` block to ``timeline`` (if a list)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        if timeline is not None:
+            timeline.append({"lane": lane, "what": what, "start": start, "end": time.perf_counter()})
+
+
+def data_parallel(module, inputs, device_ids=None, output_device=None, dim=0, module_kwargs=None,
+                  *, timeline=None):
     """Evaluate ``module(*inputs)`` data-parallel over ``device_ids``: the four steps in one call.
+
+    As in PyTorch, ``module`` must be on ``device_ids[0]``. With a list as ``timeline``, the steps
+    are recorded in it: ``scatter``, ``replicate`` and ``gather`` on lane ``'master'``, and each
+    replica's ``forward`` (see :func:`parallel_apply`).
 
     >>> net = nn.Linear(4, 2)
     >>> X = torch.randn(6, 4)
     >>> torch.allclose(data_parallel(net, X, ['cpu'] * 3), net(X), atol=1e-6)
     True
+    >>> events = []
+    >>> _ = data_parallel(net, X, ['cpu'] * 2, timeline=events)
+    >>> [(e['lane'], e['what']) for e in events]      # doctest: +NORMALIZE_WHITESPACE
+    [('master', 'scatter'), ('master', 'replicate'), ('replica 0', 'forward'),
+     ('replica 1', 'forward'), ('master', 'gather')]
     """
     devices = _devices(device_ids if device_ids is not None else [_module_device(module)], "device_ids")
+    _check_on_source(module, devices[0])
     if not isinstance(inputs, tuple):
         inputs = (inputs,) if inputs is not None else ()
     output_device = as_device(output_device) if output_device is not None else devices[0]
-    ins, kws = scatter_kwargs(inputs, module_kwargs or {}, devices, dim)
+    with _span(timeline, "scatter"):
+        ins, kws = scatter_kwargs(inputs, module_kwargs or {}, devices, dim)
     if not ins and not kws:
         ins, kws = ((),), ({},)
     if len(devices) == 1:
-        return module(*ins[0], **kws[0])
+        # One device: no copies, no threads (as nn.DataParallel does).
+        with _span(timeline, "forward", "replica 0"):
+            return module(*ins[0], **kws[0])
     used = devices[:len(ins)]
-    replicas = replicate(module, used, not torch.is_grad_enabled())
-    outputs = parallel_apply(replicas, ins, kws, used)
-    return gather(outputs, output_device, dim)
+    with _span(timeline, "replicate"):
+        replicas = replicate(module, used, not torch.is_grad_enabled())
+    outputs = parallel_apply(replicas, ins, kws, used, timeline=timeline)
+    with _span(timeline, "gather"):
+        return gather(outputs, output_device, dim)
 
 
 class DataParallel(nn.Module):
     """``nn.DataParallel`` for any devices (same constructor), CPU replicas included.
 
     The wrapped network is ``.module``, so ``state_dict()`` keys gain the same ``module.`` prefix.
+    Set ``.timeline`` to a list to record every forward's steps in it (see :func:`data_parallel`).
 
     >>> net = DataParallel(nn.Linear(4, 2), device_ids=['cpu', 'cpu'])
     >>> net(torch.randn(5, 4)).shape, list(net.state_dict())
@@ -382,16 +442,11 @@ class DataParallel(nn.Module):
         self.output_device = as_device(output_device) if output_device is not None else self.device_ids[0]
         self.dim = dim
         self.src_device = self.device_ids[0]
+        self.timeline = None
 
     def forward(self, *inputs, **kwargs):
-        for t in list(self.module.parameters()) + list(self.module.buffers()):
-            if t.device != self.src_device:
-                raise RuntimeError(
-                    f"module must have its parameters and buffers on device {self.src_device} "
-                    f"(device_ids[0]) but found one of them on device: {t.device}; "
-                    f"call .to({str(self.src_device)!r}) on the model before wrapping it")
         return data_parallel(self.module, inputs, self.device_ids, self.output_device, self.dim,
-                             kwargs)
+                             kwargs, timeline=self.timeline)
 
 
 def wrap_data_parallel(net, devices):
@@ -412,3 +467,96 @@ def wrap_data_parallel(net, devices):
     if all(d.type == "cuda" for d in devices):
         return nn.DataParallel(net, device_ids=devices)
     return DataParallel(net, device_ids=devices)
+
+
+# ------------------------------------------------------------------ traffic accounting
+
+
+def tensor_bytes(obj, floating_only=False):
+    """Bytes held by the tensors in ``obj`` (a tensor, or tuples/lists/dicts of them).
+
+    ``floating_only`` counts only tensors that can carry gradients (floating point or complex).
+
+    >>> tensor_bytes(torch.zeros(2, 3)), tensor_bytes({'a': torch.zeros(4, dtype=torch.float64), 'b': 'x'})
+    (24, 32)
+    >>> tensor_bytes((torch.zeros(2), torch.arange(2)), floating_only=True)
+    8
+    """
+    if isinstance(obj, torch.Tensor):
+        if floating_only and not (obj.is_floating_point() or obj.is_complex()):
+            return 0
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(o, floating_only) for o in obj)
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(o, floating_only) for o in obj.values())
+    return 0
+
+
+def step_traffic(module, inputs, num_devices, dim=0):
+    """Bytes one DataParallel training step moves between the master (device 0) and the others.
+
+    Counted as ``nn.DataParallel`` does the step, with the batch on the master: ``scatter`` (input
+    chunks sent to replicas 1..k-1), ``broadcast`` (parameters and buffers copied to them),
+    ``gather`` (their outputs sent back), ``output_grads`` (backward: the gradient of those outputs
+    scattered back to them) and ``reduce`` (their parameter gradients summed into the master's).
+    ``k`` is the number of replicas that get rows (fewer than ``num_devices`` for a small batch).
+    ``inputs`` is a tensor or a tuple of inputs. The outputs of chunks 1..k-1 are measured by
+    running a copy of the module in eval mode on PyTorch's ``meta`` device, which computes shapes
+    only (no arithmetic); a module that cannot run there is run for real, without gradients.
+
+    >>> t = step_traffic(nn.Linear(10, 2), torch.zeros(8, 10), num_devices=2)
+    >>> t['scatter'], t['broadcast'], t['gather'], t['output_grads'], t['reduce'], t['total']
+    (160, 88, 32, 32, 88, 400)
+    >>> step_traffic(nn.Linear(10, 2), torch.zeros(8, 10), num_devices=1)['total']
+    0
+    """
+    if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
+        raise ValueError(f"num_devices must be an int >= 1, got {num_devices!r}")
+    if not isinstance(inputs, tuple):
+        inputs = (inputs,)
+    devices = ["cpu"] * num_devices  # only the chunking matters here, not where chunks go
+    chunks = scatter(inputs, devices, dim)
+    out_chunks = [None] + _output_shapes(module, chunks[1:])  # chunk 0's output stays on the master
+    others = len(chunks) - 1
+    params = list(module.parameters())
+    param_bytes = sum(tensor_bytes(p) for p in params)
+    grad_bytes = sum(tensor_bytes(p) for p in params if p.requires_grad)
+    traffic = {
+        "scatter": sum(tensor_bytes(c) for c in chunks[1:]),
+        "broadcast": others * (param_bytes + sum(tensor_bytes(b) for b in module.buffers())),
+        "gather": sum(tensor_bytes(o) for o in out_chunks[1:]),
+        "output_grads": sum(tensor_bytes(o, floating_only=True) for o in out_chunks[1:]),
+        "reduce": others * grad_bytes,
+    }
+    traffic["total"] = sum(traffic.values())
+    return traffic
+
+
+def _output_shapes(module, chunks):
+    """The module's outputs for each chunk: on the meta device if possible (shapes, no compute)."""
+    def to_meta(obj):
+        if isinstance(obj, torch.Tensor):
+            return obj.to("meta")
+        if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+            return type(obj)(to_meta(o) for o in obj)
+        if isinstance(obj, dict):
+            return type(obj)((k, to_meta(v)) for k, v in obj.items())
+        return obj
+
+    if not chunks:
+        return []
+    with torch.no_grad():
+        try:
+            meta = copy.deepcopy(module).to("meta").eval()
+            return [meta(*to_meta(c)) for c in chunks]
+        except (NotImplementedError, RuntimeError, TypeError):
+            pass
+        # Fall back to a real run; eval mode leaves BatchNorm statistics alone.
+        modes = [(m, m.training) for m in module.modules()]
+        try:
+            module.eval()
+            return [module(*c) for c in chunks]
+        finally:
+            for m, training in modes:
+                m.training = training

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 __all__ = ["Animator", "plot", "set_figsize", "set_axes", "show_images", "use_svg_display",
-           "in_notebook"]
+           "in_notebook", "plot_timeline"]
 
 
 def in_notebook():
@@ -198,3 +198,58 @@ class Animator:
             self._handle = display.display(self.fig, display_id=True)
         else:
             self._handle.update(self.fig)
+
+
+# ------------------------------------------------------------------ step timelines (notebook 02)
+
+
+def plot_timeline(events, axes=None, figsize=(6, 2.5), title=None, unit="ms"):
+    """Draw events as horizontal bars, one row (lane) per device or thread; returns the axes.
+
+    ``events`` are dicts ``{'lane': str, 'what': str, 'start': seconds, 'end': seconds}`` such as
+    ``dltools.parallel.data_parallel(..., timeline=events)`` records. Times are shown from the
+    earliest start, in ``unit`` ('ms' or 's'); lanes keep their order of first appearance (top
+    to bottom) and each ``what`` gets one colour and one legend entry.
+
+    >>> ev = [{'lane': 'master', 'what': 'scatter', 'start': 10.0, 'end': 10.001},
+    ...       {'lane': 'replica 0', 'what': 'forward', 'start': 10.001, 'end': 10.004},
+    ...       {'lane': 'replica 1', 'what': 'forward', 'start': 10.001, 'end': 10.003}]
+    >>> ax = plot_timeline(ev)
+    >>> [t.get_text() for t in ax.get_yticklabels()], len(ax.patches), float(ax.get_xlim()[0])
+    (['master', 'replica 0', 'replica 1'], 3, 0.0)
+    >>> plt.close('all')
+    """
+    events = list(events)
+    if not events:
+        raise ValueError("plot_timeline needs at least one event")
+    scale = {"ms": 1e3, "s": 1.0}.get(unit)
+    if scale is None:
+        raise ValueError(f"unit must be 'ms' or 's', got {unit!r}")
+    t0 = min(e["start"] for e in events)
+    lanes, kinds = [], []
+    for e in events:
+        if e["lane"] not in lanes:
+            lanes.append(e["lane"])
+        if e["what"] not in kinds:
+            kinds.append(e["what"])
+    if axes is None:
+        _, axes = plt.subplots(figsize=figsize)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labelled = set()
+    for e in events:
+        k = kinds.index(e["what"])
+        row = lanes.index(e["lane"])
+        label = None if e["what"] in labelled else e["what"]
+        labelled.add(e["what"])
+        axes.barh(row, (e["end"] - e["start"]) * scale, left=(e["start"] - t0) * scale, height=0.6,
+                  color=colors[k % len(colors)], label=label)
+    axes.set_yticks(range(len(lanes)))
+    axes.set_yticklabels(lanes)
+    if not axes.yaxis_inverted():
+        axes.invert_yaxis()  # first lane on top
+    axes.set_xlim(0, max(e["end"] for e in events) * scale - t0 * scale)
+    axes.set_xlabel(f"time ({unit})")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    if title:
+        axes.set_title(title)
+    return axes
