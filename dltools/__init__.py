@@ -12,7 +12,8 @@ exercises.
 """
 from .devices import cpu, device_report, distributed_backend, gpu, num_gpus, try_all_gpus, try_gpu
 from .timing import Accumulator, Timer
-from .plotting import Animator, plot, set_axes, set_figsize, show_images, use_svg_display
+from .plotting import (Animator, plot, plot_timeline, set_axes, set_figsize, show_images,
+                       use_svg_display)
 from .data import (FASHION_MNIST_ARCHIVES, DatasetUnavailableError, RandomDataset,
                    classification_data, data_root, get_fashion_mnist_labels, load_array,
                    load_data_fashion_mnist, regression_data, synthetic_data)
