@@ -12,17 +12,31 @@ exercises.
 """
 from .devices import cpu, device_report, distributed_backend, gpu, num_gpus, try_all_gpus, try_gpu
 from .timing import Accumulator, Timer
-from .plotting import (Animator, plot, plot_timeline, set_axes, set_figsize, show_images,
-                       use_svg_display)
 from .data import (FASHION_MNIST_ARCHIVES, DatasetUnavailableError, RandomDataset,
                    classification_data, data_root, get_fashion_mnist_labels, load_array,
                    load_data_fashion_mnist, regression_data, synthetic_data)
 from .models import Residual, init_weights_normal, num_params, resnet18
 from .training import accuracy, evaluate_accuracy_gpu, progress, train_batch_ch13, train_ch13
 from .parallel import chunk_sizes, data_parallel, wrap_data_parallel
-from . import exercises
+from . import distributed, exercises, parallel
 
 __version__ = "0.1.0"
+
+# Plotting names load matplotlib.pyplot on first use only: worker processes (DDP, benchmarks) import
+# dltools but never plot, and pyplot costs them about a second each at start-up.
+_PLOTTING = ("Animator", "plot", "plot_timeline", "set_axes", "set_figsize", "show_images",
+             "use_svg_display")
+
+
+def __getattr__(name):
+    if name in _PLOTTING:
+        from . import plotting
+        return getattr(plotting, name)
+    raise AttributeError(f"module 'dltools' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_PLOTTING))
 
 
 def seed_everything(seed=0):

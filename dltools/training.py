@@ -6,7 +6,6 @@ from torch import nn
 
 from .devices import try_all_gpus
 from .parallel import as_device, wrap_data_parallel
-from .plotting import Animator
 from .timing import Accumulator, Timer
 
 __all__ = ["accuracy", "evaluate_accuracy_gpu", "train_batch_ch13", "train_ch13", "progress"]
@@ -134,6 +133,7 @@ def train_ch13(net, train_iter, test_iter, loss, trainer, num_epochs, devices=No
     if num_batches == 0:
         raise ValueError("train_iter yields no batches")
     net = wrap_data_parallel(net, devices)
+    from .plotting import Animator
     animator = Animator(xlabel="epoch", xlim=[1, num_epochs],
                         legend=["train loss", "train acc", "test acc"]) if animate else None
     timer, history, seen = Timer(), [], 0

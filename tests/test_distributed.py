@@ -1,0 +1,277 @@
+"""Tests of dltools.distributed: the launcher, its failure paths, and the from-scratch all-reduce.
+
+Each launch starts real processes (a few seconds each), so the checks are grouped into few launches.
+"""
+import os
+import socket
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dltools import distributed as dd
+
+CHECK_SIZES = [1, 2, 3, 4, 5, 7, 64, 1000, 1001, (3, 5), (2, 3, 7)]
+
+
+def descendants(pid=None):
+    """Pids of all processes below ``pid`` (default: this one), read from /proc."""
+    pid = os.getpid() if pid is None else pid
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if fields[0] != "Z":  # a zombie has exited already
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return [p for p in found if not _is_resource_tracker(p)]
+
+
+def _is_resource_tracker(pid):
+    # Python's multiprocessing starts one helper per parent process, which exits with the parent.
+    try:
+        return b"multiprocessing.resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def assert_no_process_left(wait=10):
+    end = time.monotonic() + wait  # a process that was just killed may take a moment to go
+    while descendants() and time.monotonic() < end:
+        time.sleep(0.1)
+    assert descendants() == [], f"processes left running: {descendants()}"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_process_left_after_module():
+    yield
+    assert_no_process_left()
+
+
+def subgroup_ring(sizes):
+    """Worker: ring all-reduce inside the group of ranks 1..N-1 (rank 0 sits out)."""
+    ranks = list(range(1, dist.get_world_size()))
+    group = dist.new_group(ranks)
+    if dist.get_rank() not in ranks:
+        return True
+    ok = True
+    for size in sizes:
+        x = torch.full((size,), float(dist.get_rank()))
+        dd.ring_all_reduce(x, group=group)
+        ok &= bool(torch.all(x == sum(ranks)))
+    return ok
+
+
+# ------------------------------------------------------------------ launch + all-reduce
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ring_and_naive_match_builtin_all_reduce(world_size):
+    calls = [(dd.rank_info, ()), (dd.check_all_reduce, (CHECK_SIZES,)),
+             (dd.check_all_reduce, (CHECK_SIZES, torch.int64)), (subgroup_ring, ([1, 5, 10],))]
+    results = dd.launch(dd.run_in_sequence, world_size, calls)
+    assert len(results) == world_size
+    for rank, (info, floats, ints, subgroup) in enumerate(results):
+        assert info["rank"] == rank and info["world_size"] == world_size  # rank order
+        assert info["backend"] == "gloo"
+        assert floats["ring_ok"] and floats["naive_ok"], floats
+        assert ints["ring_ok"] and ints["naive_ok"] and ints["max_abs_diff"] == 0, ints
+        assert subgroup
+    assert len({info["pid"] for info, *_ in results}) == world_size  # really separate processes
+    assert_no_process_left()
+
+
+def test_ring_all_reduce_is_in_place_and_keeps_shape():
+    with dd.single_process_group():
+        x = torch.arange(6.0).reshape(2, 3)
+        assert dd.ring_all_reduce(x) is x
+        y = torch.arange(6.0).reshape(3, 2).t()  # not contiguous
+        assert torch.equal(dd.ring_all_reduce(y), torch.arange(6.0).reshape(3, 2).t())
+
+
+def test_all_reduce_needs_a_process_group_and_a_tensor():
+    with pytest.raises(RuntimeError, match="no process group"):
+        dd.ring_all_reduce(torch.ones(3))
+    with pytest.raises(RuntimeError, match="no process group"):
+        dd.naive_all_reduce(torch.ones(3))
+    with dd.single_process_group():
+        with pytest.raises(TypeError, match="torch.Tensor"):
+            dd.ring_all_reduce([1.0, 2.0])
+        with pytest.raises(ValueError, match="unknown algorithms"):
+            dd.time_all_reduce([4], algorithms=("tree",))
+
+
+def test_traffic_formulas():
+    assert dd.ring_traffic_per_rank(800, 8) == 1400
+    assert dd.naive_traffic_at_root(800, 8) == 11200
+    for n in range(1, 100):  # the ring's volume per rank stays below twice the tensor
+        assert dd.ring_traffic_per_rank(1.0, n) < 2
+    assert dd.alpha_beta_time(0, 4, alpha=1.0, beta=0.0) == 6  # 2 (N - 1) latencies
+    with pytest.raises(ValueError, match="'ring' or 'naive'"):
+        dd.alpha_beta_time(10, 2, 1e-5, 1e-9, algorithm="tree")
+    with pytest.raises(ValueError, match="at least 1"):
+        dd.ring_traffic_per_rank(10, 0)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_launch_rejects_functions_workers_cannot_import(monkeypatch):
+    with pytest.raises(ValueError, match="lambda"):
+        dd.launch(lambda: 1, 2)
+
+    def local():
+        return 1
+    with pytest.raises(ValueError, match="inside other functions"):
+        dd.launch(local, 2)
+
+    # A function defined in a notebook: module __main__, and that module has no file.
+    namespace = {"__name__": "__main__"}
+    exec("def from_notebook():\n    return 1", namespace)
+    monkeypatch.setitem(sys.modules, "__main__", type(sys)("__main__"))
+    with pytest.raises(ValueError, match="notebook"):
+        dd.launch(namespace["from_notebook"], 2)
+    with pytest.raises(TypeError, match="must be a function"):
+        dd.launch(42, 2)
+    assert descendants() == []  # refused before starting anything
+
+
+@pytest.mark.parametrize("world_size, error", [(0, ValueError), (-1, ValueError), ("2", TypeError),
+                                               (True, TypeError), (2.0, TypeError)])
+def test_launch_rejects_bad_world_size(world_size, error):
+    with pytest.raises(error, match="world_size"):
+        dd.launch(dd.rank_info, world_size)
+
+
+def test_launch_rejects_bad_timeouts_and_nccl_without_gpus():
+    with pytest.raises(ValueError, match="timeout"):
+        dd.launch(dd.rank_info, 2, timeout=0)
+    with pytest.raises(ValueError, match="deadline"):
+        dd.launch(dd.rank_info, 2, deadline=-1)
+    if torch.cuda.device_count() < 2:
+        with pytest.raises(ValueError, match="one GPU per rank"):
+            dd.launch(dd.rank_info, 2, backend="nccl")
+
+
+def test_single_process_group_refuses_to_nest():
+    with dd.single_process_group():
+        with pytest.raises(RuntimeError, match="already exists"):
+            with dd.single_process_group():
+                pass
+    assert not dist.is_initialized()
+
+
+# ------------------------------------------------------------------ failures
+
+
+def test_worker_exception_reaches_the_caller_with_its_traceback():
+    with pytest.raises(dd.WorkerError) as info:
+        dd.launch(dd.raise_on_rank, 2, 1, "bad batch")
+    err = info.value
+    assert err.rank == 1  # the rank that failed first, not rank 0 that lost its peer
+    assert "ZeroDivisionError: rank 1: bad batch" in str(err)
+    assert "raise_on_rank" in err.worker_traceback  # the worker's own stack
+    assert not isinstance(err, TimeoutError)
+    assert_no_process_left()
+
+
+def test_busy_default_port_does_not_matter(monkeypatch):
+    busy = socket.socket()
+    try:
+        try:
+            busy.bind(("127.0.0.1", 29500))
+            busy.listen()
+        except OSError:
+            pass  # something else holds it already: busy either way
+        monkeypatch.setenv("MASTER_PORT", "29500")
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        infos = dd.launch(dd.rank_info, 2)
+    finally:
+        busy.close()
+    assert [i["rank"] for i in infos] == [0, 1]
+    assert_no_process_left()
+
+
+def test_hung_peer_ends_in_a_timeout_error():
+    start = time.monotonic()
+    with pytest.raises(dd.WorkerTimeoutError) as info:
+        dd.launch(dd.hang_on_rank, 2, 1, timeout=5)
+    assert isinstance(info.value, TimeoutError)
+    assert "waited more than 5 s" in str(info.value)
+    assert info.value.rank == 0  # the rank that gave up waiting
+    assert time.monotonic() - start < 300  # not a timing claim: only "it did not hang"
+    assert_no_process_left()
+
+
+def test_deadline_stops_a_run_that_never_ends():
+    with pytest.raises(TimeoutError, match="deadline of 3 s"):
+        dd.launch(dd.hang_on_rank, 1, 0, deadline=3)
+    assert_no_process_left()
+
+
+# ------------------------------------------------------------------ run_torchrun
+
+
+def write_script(tmp_path, body):
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_run_torchrun_returns_rank_0_report(tmp_path):
+    script = write_script(tmp_path, """
+        import argparse, json, os
+        parser = argparse.ArgumentParser(); parser.add_argument("--report"); parser.add_argument("word")
+        args = parser.parse_args()
+        print("rank", os.environ["RANK"], "threads", os.environ["OMP_NUM_THREADS"])
+        if os.environ["RANK"] == "0":
+            json.dump({"world": int(os.environ["WORLD_SIZE"]), "word": args.word}, open(args.report, "w"))
+        """)
+    report = dd.run_torchrun(script, 2, "hello")
+    assert report["world"] == 2 and report["word"] == "hello"
+    assert "rank 0" in report["log"] and "rank 1" in report["log"]
+    assert "OMP_NUM_THREADS" not in report["log"].replace("threads", "")  # no torchrun warning
+    assert_no_process_left()
+
+
+def test_run_torchrun_fails_loudly(tmp_path):
+    script = write_script(tmp_path, """
+        import os
+        if os.environ["RANK"] == "1":
+            raise ValueError("worker 1 is broken")
+        """)
+    with pytest.raises(dd.TorchrunError) as info:
+        dd.run_torchrun(script, 2, report=False)
+    assert info.value.returncode != 0
+    assert "worker 1 is broken" in str(info.value)
+    with pytest.raises(FileNotFoundError, match="no such script"):
+        dd.run_torchrun(tmp_path / "missing.py", 2)
+    with pytest.raises(ValueError, match="standalone"):
+        dd.run_torchrun(script, 2, nnodes=2)
+    assert_no_process_left()
+
+
+def test_run_torchrun_complains_when_no_report_is_written(tmp_path):
+    script = write_script(tmp_path, "import sys\n")
+    with pytest.raises(RuntimeError, match="wrote no report"):
+        dd.run_torchrun(script, 1)
+
+
+def test_run_torchrun_timeout_stops_torchrun_and_its_workers(tmp_path):
+    script = write_script(tmp_path, "import time\nwhile True:\n    time.sleep(1)\n")
+    import subprocess
+    with pytest.raises(subprocess.TimeoutExpired):
+        dd.run_torchrun(script, 2, report=False, timeout=8)
+    assert_no_process_left()
