@@ -29,14 +29,15 @@ _PLOTTING = ("Animator", "plot", "plot_timeline", "set_axes", "set_figsize", "sh
 
 
 def __getattr__(name):
-    if name in _PLOTTING:
-        from . import plotting
-        return getattr(plotting, name)
+    if name == "plotting" or name in _PLOTTING:
+        import importlib
+        plotting = importlib.import_module(".plotting", __name__)  # not `from . import`: it recurses here
+        return plotting if name == "plotting" else getattr(plotting, name)
     raise AttributeError(f"module 'dltools' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_PLOTTING))
+    return sorted(list(globals()) + ["plotting", *_PLOTTING])
 
 
 def seed_everything(seed=0):

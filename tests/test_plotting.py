@@ -46,3 +46,14 @@ def test_show_images_titles_and_grid_checks():
 
 def test_not_in_notebook_under_pytest():
     assert plotting.in_notebook() is False
+
+
+def test_plotting_names_load_lazily_but_always_resolve():
+    import subprocess
+    import sys
+    code = ("import sys, dltools; assert 'matplotlib.pyplot' not in sys.modules; "
+            "print(dltools.plotting.plot_timeline.__name__, dltools.Animator.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["plot_timeline", "Animator"]
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        dltools.nope
