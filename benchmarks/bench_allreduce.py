@@ -1,0 +1,122 @@
+"""All-reduce: bandwidth of the course's from-scratch ring all-reduce, the naive gather + broadcast
+through rank 0, and gloo's own ``dist.all_reduce``, for 2 and 4 processes and float32 tensors from
+4 KB to 64 MB, with the alpha-beta model fitted to each.
+
+    .venv/bin/python benchmarks/bench_allreduce.py            # full run (a few minutes)
+    .venv/bin/python benchmarks/bench_allreduce.py --smoke    # 2 processes, 2 small sizes
+
+Times come from ``dltools.distributed.time_all_reduce`` run in processes started by
+``dltools.distributed.launch``: the median of ``--repeats`` calls (3 times as many up to 1 MB)
+after a warm-up call, each the slowest rank's time (a barrier before each call). Bandwidth here is *algorithm bandwidth*: tensor
+bytes / seconds. The alpha-beta fits use the models in ``dltools.distributed.alpha_beta_time``:
+ring (and gloo, whose CPU all-reduce is also ring-like) ``2(N-1) alpha + 2(N-1)/N bytes beta``; naive
+``2(N-1) (alpha + bytes beta)``, fitted by least squares on relative error.
+"""
+import _common
+
+FULL_SIZES = [4 << 10 << (2 * i) for i in range(8)]  # 4 KB, 16 KB, ..., 64 MB
+SMOKE_SIZES = [4 << 10, 64 << 10]
+ALGORITHMS = ("builtin", "ring", "naive")
+LABELS = {"builtin": "gloo", "ring": "ring", "naive": "naive"}
+
+
+def human(num_bytes):
+    for unit, scale in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:g} {unit}"
+    return f"{num_bytes} B"
+
+
+def time_sizes(sizes, repeats, algorithms):
+    """Inside a process group: ``time_all_reduce`` with more repeats for the quick small sizes.
+
+    Module-level so that the spawned worker processes can import it by name.
+    """
+    from dltools.distributed import time_all_reduce
+    small, big = [s for s in sizes if s <= 1 << 20], [s for s in sizes if s > 1 << 20]
+    times = {a: [] for a in algorithms}
+    for part, reps in ((small, 3 * repeats), (big, repeats)):
+        if part:
+            for a, ts in time_all_reduce(part, reps, algorithms).items():
+                times[a] += ts
+    return times
+
+
+def fit_alpha_beta(sizes, seconds, world_size, algorithm):
+    """Least-squares ``alpha`` (s per message) and ``beta`` (s per byte) on relative error."""
+    import numpy as np
+    n = world_size
+    if algorithm == "naive":
+        msgs, bytes_factor = 2 * (n - 1), 2 * (n - 1)
+    else:
+        msgs, bytes_factor = 2 * (n - 1), 2 * (n - 1) / n
+    t = np.asarray(seconds, dtype=float)
+    A = np.stack([np.full_like(t, msgs), bytes_factor * np.asarray(sizes, dtype=float)], axis=1)
+    (alpha, beta), *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
+    return float(alpha), float(beta)
+
+
+def main(argv=None):
+    p = _common.parser(__doc__.splitlines()[0])
+    p.add_argument("--world-sizes", type=int, nargs="+", default=None, help="default 2 4 (2 with --smoke)")
+    p.add_argument("--repeats", type=int, default=None, help="default 7 (1 with --smoke)")
+    args = _common.parse(p, argv)
+    from dltools.distributed import launch
+
+    sizes = SMOKE_SIZES if args.smoke else FULL_SIZES
+    worlds = args.world_sizes or ([2] if args.smoke else [2, 4])
+    repeats = args.repeats or (1 if args.smoke else 7)
+    times = {}
+    for n in worlds:
+        times[n] = launch(time_sizes, n, sizes, repeats, ALGORITHMS, timeout=600)[0]
+
+    headers = ["processes", "size", "gloo GB/s", "ring GB/s", "naive GB/s", "ring / gloo", "naive / gloo"]
+    rows = []
+    for n in worlds:
+        for i, size in enumerate(sizes):
+            bw = {a: size / times[n][a][i] / 1e9 for a in ALGORITHMS}
+            rows.append([n, human(size), f"{bw['builtin']:.3g}", f"{bw['ring']:.3g}",
+                         f"{bw['naive']:.3g}", f"{bw['ring'] / bw['builtin']:.2f}",
+                         f"{bw['naive'] / bw['builtin']:.2f}"])
+    fits = []
+    for n in worlds:
+        for a in ALGORITHMS:
+            alpha, beta = fit_alpha_beta(sizes, times[n][a], n, a)
+            # A negative fitted term means the data do not pin it down (noise): say so.
+            fits.append(f"| {n} | {LABELS[a]} | {f'{alpha * 1e6:.1f}' if alpha > 0 else 'n/a'} | "
+                        f"{f'{1 / beta / 1e9:.2f}' if beta > 0 else 'n/a'} |")
+    notes = ["Alpha-beta fits (alpha: seconds per message, 1/beta: link bandwidth):\n\n"
+             "| processes | algorithm | alpha (us) | 1/beta (GB/s) |\n| --- | --- | --- | --- |\n"
+             + "\n".join(fits),
+             f"float32 tensors; median of {3 * repeats} (up to 1 MB) or {repeats} (larger) timed "
+             "calls after a warm-up, each the slowest rank's time. "
+             "All processes share this machine's cores (no network: gloo over loopback TCP)."]
+    if 16 << 20 in sizes:
+        i = sizes.index(16 << 20)
+        ratios = ", ".join(f"{n} processes {times[n]['builtin'][i] / times[n]['ring'][i]:.2f}x"
+                           for n in worlds)
+        notes.append(f"Target: ring >= 0.5x gloo's bandwidth at 16 MB. Measured: {ratios}.")
+    _common.print_report("All-reduce: from-scratch ring and naive vs gloo", headers, rows, notes)
+
+    path = _common.plot_path(args, "bench_allreduce.png")
+    if path:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, len(worlds), figsize=(4.5 * len(worlds), 3.2), sharey=True,
+                                 squeeze=False)
+        for ax, n in zip(axes[0], worlds):
+            for a in ALGORITHMS:
+                ax.loglog(sizes, [s / t / 1e9 for s, t in zip(sizes, times[n][a])], "o-",
+                          label=LABELS[a])
+            ax.set_title(f"{n} processes")
+            ax.set_xlabel("bytes")
+            ax.grid(True, which="both", lw=0.3)
+        axes[0][0].set_ylabel("algorithm bandwidth (GB/s)")
+        axes[0][0].legend()
+        _common.save_figure(fig, path)
+    return times
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The course in a real JupyterLab: each notebook in notebooks/ is opened in headless Chromium, run with
+Run → Run All Cells, and checked the way a learner would look at it (no errors, plots drawn, progress
+bars and tables shown, the last cell answered). A full-notebook screenshot of each is saved and its
+path printed (in $DP_COURSE_SCREENSHOTS if set, else a new dp-course-screenshots-* temporary folder).
+
+    .venv/bin/python -m pytest tests/test_browser.py        # alone (every notebook runs once, as under nbval)
+    .venv/bin/python -m pytest -m "not browser"              # everything else
+
+JupyterLab starts with the command line and settings of ``python3 course.py lab``; its home, runtime,
+config and data folders (and Chromium's) live in a temporary folder removed afterwards, and the notebooks
+(with ../scripts, ../images, ...) are copied into pytest's temporary folder, so autosave never touches
+the repo. Needs Debian's ``chromium`` package; if Chromium cannot start, the test fails and says why.
+"""
+import contextlib
+import json
+import os
+import re
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from browser_lab import (ROOT, Chromium, LabServer, cleared_copy, copy_course_tree, problems,
+                         process_name, relative_references, run_in_lab, survivors)
+
+pytestmark = pytest.mark.browser
+
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+
+
+def describe(procs):
+    return ", ".join(f"{p.pid} ({process_name(p)})" for p in procs)
+
+
+@pytest.fixture(scope="module")
+def screenshot_dir():
+    """Kept after the run (pytest's own temporary folders are pruned by later runs): $DP_COURSE_SCREENSHOTS
+    if set, else a new folder in the system's temporary folder."""
+    if os.environ.get("DP_COURSE_SCREENSHOTS"):
+        path = Path(os.environ["DP_COURSE_SCREENSHOTS"])
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return Path(tempfile.mkdtemp(prefix="dp-course-screenshots-"))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """One JupyterLab server and one Chromium for all notebooks; both are stopped, and checked to
+    have left no process behind, even when a test fails."""
+    tmp = tmp_path_factory.mktemp("browser")
+    notebook_dir = copy_course_tree(tmp / "course")
+    server = LabServer(tmp, notebook_dir)
+    browser = Chromium(tmp, server.env)
+    leftovers = []
+    try:
+        server.start()
+        context = browser.start()
+        yield server, context
+    finally:
+        leftovers += browser.stop()
+        server.remember_processes()
+        leftovers += server.stop()
+    assert not leftovers, f"left running after the browser test (killed now): {describe(leftovers)}"
+
+
+def test_lab_uses_course_settings_and_kernel(lab):
+    """The server runs with the settings course.py installs and offers the .venv kernel."""
+    server, _ = lab
+    settings = server.api("GET", "/lab/api/settings/@jupyterlab/apputils-extension:notification")
+    wanted = json.loads((ROOT / "tools" / "lab_settings" / "overrides.json").read_text())
+    for key, value in wanted["@jupyterlab/apputils-extension:notification"].items():
+        assert settings["schema"]["properties"][key]["default"] == value, key
+    specs = server.api("GET", "/api/kernelspecs")["kernelspecs"]
+    argv0 = specs["python3"]["spec"]["argv"][0]
+    assert argv0 == str(server.course.PY), f"the python3 kernel runs {argv0}, not the course's .venv"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_in_lab(lab, screenshot_dir, name, capsys):
+    server, context = lab
+    original = json.loads((ROOT / "notebooks" / name).read_text())
+    # A fresh copy without outputs, so every output checked below comes from this run.
+    (server.notebook_dir / name).write_text(json.dumps(cleared_copy(original), indent=1))
+    missing = [ref for ref in relative_references(original)
+               if (ROOT / "notebooks" / ref).exists() and not (server.notebook_dir / ref).exists()]
+    assert not missing, f"{name} refers to {missing}, which the browser test did not copy"
+
+    screenshot = screenshot_dir / name.replace(".ipynb", ".png")
+    try:
+        cells, saved, seconds = run_in_lab(context, server, name, re.sub(r"\W", "-", name), screenshot)
+    except Exception as e:
+        raise AssertionError(f"{name}: {e}\n(screenshot: {screenshot})") from e
+    finally:
+        server.remember_processes()
+        with contextlib.suppress(OSError):  # a dead server: the fixture's cleanup reports it
+            server.shutdown_kernels()
+    with capsys.disabled():
+        print(f"\n{name}: ran in JupyterLab in {seconds:.0f} s; screenshot: {screenshot}")
+    found = problems(name, original, cells, saved)
+    assert not found, "\n".join(found) + f"\n(screenshot: {screenshot})"
+
+
+def test_no_process_left_after_a_failure(tmp_path):
+    """If a test fails while JupyterLab, a kernel and Chromium run, stopping them still ends every
+    process they started."""
+    notebook_dir = copy_course_tree(tmp_path / "course")
+    server = LabServer(tmp_path, notebook_dir)
+    browser = Chromium(tmp_path, server.env)
+
+    def fail_while_running():
+        with server:
+            with browser as context:
+                page = context.new_page()
+                page.goto(f"{server.url}/lab?token={server.token}")
+                page.wait_for_selector(".jp-LabShell", timeout=120_000)
+                server.api("POST", "/api/kernels")  # a kernel runs in its own session: must end too
+                browser.remember_processes()
+                server.remember_processes()
+                assert False, "failing on purpose"
+
+    # Its own thread: Playwright's sync API allows one instance per thread, and the notebook tests'
+    # browser may still be open in this one.
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(AssertionError, match="on purpose"):
+            pool.submit(fail_while_running).result()
+    names = [process_name(p) for p in server.procs_seen + browser.procs_seen]
+    assert any("chrom" in n for n in names), f"no Chromium process was tracked: {names}"
+    assert any("ipykernel" in n for n in names), f"no kernel process was tracked: {names}"
+    alive = survivors(server.procs_seen + browser.procs_seen)
+    assert not alive, f"still running after the failure: {describe(alive)}"
