@@ -77,7 +77,6 @@ def venv_env():
     env = dict(os.environ)
     env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
     env["VIRTUAL_ENV"] = str(VENV)
-    env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
     env["PYTHONPATH"] = ""
     return env
 

@@ -101,8 +101,11 @@ def load_fashion_mnist(train=True, root=None, download=True):
     raw = root / "FashionMNIST" / "raw"
     _check_archives(raw)
     before = set(raw.iterdir()) if raw.exists() else set()
+    # With all four verified archives present, torchvision's "download" step only extracts them (no
+    # network), so do it even when download=False: a fresh copy of the archives must just work.
+    local = all((raw / name).exists() for name in FASHION_MNIST_ARCHIVES)
     try:
-        ds = FashionMNIST(str(root), train=train, download=download)
+        ds = FashionMNIST(str(root), train=train, download=download or local)
     except Exception as err:
         # Leave nothing half-written behind: a partial download or extraction would be taken for
         # a good file next time.

@@ -149,3 +149,14 @@ def test_synthetic_data_is_seeded_and_learnable():
     assert sorted(set(y.tolist())) == [0, 1, 2, 3, 4], "unlike randint(0, 1), all classes appear"
     ds = dltools.RandomDataset(5, 100, seed=2)
     assert len(ds) == 100 and torch.equal(ds[7], dltools.RandomDataset(5, 100, seed=2)[7])
+
+
+def test_fresh_archives_load_without_download(archive_root, offline):
+    # Only the .gz files are there: download=False must still extract them (no network needed).
+    train_iter, _ = dltools.load_data_fashion_mnist(500, root=archive_root, download=False)
+    assert len(train_iter.dataset) == 60000
+
+
+def test_download_false_without_archives_says_what_to_do(tmp_path, offline):
+    with pytest.raises(dltools.DatasetUnavailableError, match="train-images-idx3-ubyte.gz"):
+        dltools.load_data_fashion_mnist(8, root=tmp_path, download=False)
