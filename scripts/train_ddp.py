@@ -82,6 +82,7 @@ def main(args):
         write_report(args.report, world_size=world_size, losses=losses, fingerprints=fingerprints,
                      seconds=seconds, sec_per_step=seconds / steps,
                      examples_per_sec=args.epochs * len(dataset) / seconds)
+    dist.barrier()  # leave together: a rank that tears gloo down while a peer still talks to it can abort
     dist.destroy_process_group()
 
 

@@ -178,6 +178,7 @@ def main(argv=None):
             if args.checkpoint:
                 torch.save(net.state_dict(), args.checkpoint)
             Path(args.out).write_text(json.dumps(results, indent=1))
+        dist.barrier()  # leave together: tearing gloo down while a peer still talks to it can abort
     finally:
         dist.destroy_process_group()
 
