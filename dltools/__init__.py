@@ -16,8 +16,8 @@ from .data import (FASHION_MNIST_ARCHIVES, DatasetUnavailableError, RandomDatase
                    classification_data, data_root, get_fashion_mnist_labels, load_array,
                    load_data_fashion_mnist, regression_data, synthetic_data)
 from .models import Residual, init_weights_normal, num_params, resnet18
-from .training import accuracy, evaluate_accuracy_gpu, progress, train_batch_ch13, train_ch13
-from .parallel import chunk_sizes, data_parallel, wrap_data_parallel
+from .training import accuracy, evaluate_accuracy_gpu, progress, sgd, train_batch_ch13, train_ch13
+from .parallel import chunk_sizes, data_parallel, split_batch, wrap_data_parallel
 from . import distributed, exercises, parallel
 
 __version__ = "0.1.0"

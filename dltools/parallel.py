@@ -1,26 +1,32 @@
-"""DataParallel's four steps, over any list of devices: replicate -> scatter -> parallel_apply -> gather.
+"""DataParallel's four steps over any list of devices: scatter, replicate, parallel_apply, gather.
 
 ``torch.nn.parallel``'s functions refuse CPU devices, and ``nn.DataParallel`` without CUDA simply
 calls the module. This module implements the same four steps with the same semantics, for any
-devices, including the same CPU device several times (each replica runs in its own thread):
+devices, including the same CPU device several times (each replica runs in its own thread), in the
+order ``nn.DataParallel.forward`` runs them:
 
-* ``scatter`` splits tensors along ``dim`` with ``torch.chunk`` (uneven last chunk; fewer chunks than
-  devices when the batch is small) and recurses into tuples, lists and dicts;
-* ``replicate`` copies the module to each device; replica parameters are differentiable copies of the
-  originals, so ``backward()`` sums every replica's gradient into the original parameters;
-  replica 0 on the source device shares the original's memory (as PyTorch's broadcast does);
+* ``scatter`` splits tensors along ``dim`` with ``torch.chunk`` (uneven last chunk; fewer chunks
+  than devices when the batch is small) and recurses into tuples, lists and dicts; other values
+  are passed to every replica as the same object;
+* ``replicate`` copies the module onto the devices that got rows, as
+  ``torch.nn.parallel.replicate`` does: shallow module copies
+  (``nn.Module._replicate_for_data_parallel``: hooks and plain attributes are shared with the
+  original, attributes set in ``forward`` are lost) whose parameters are
+  differentiable copies, so ``backward()`` sums every replica's gradient into the original
+  parameters; replica 0 on the source device shares the original's memory (as PyTorch's broadcast
+  does);
 * ``parallel_apply`` runs replica ``i`` on input chunk ``i`` in thread ``i``;
 * ``gather`` concatenates the outputs on ``output_device`` (0-dim outputs are unsqueezed into a
   vector, with PyTorch's warning).
 
-Two tools look at the cost: :func:`step_traffic` counts the bytes one training step moves to and
-from the master device, and a ``timeline`` list (given to :func:`parallel_apply`,
-:func:`data_parallel` or set as ``DataParallel.timeline``) records when each step ran, per replica.
+A ``timeline`` list (given to :func:`parallel_apply`, :func:`data_parallel` or set as
+``DataParallel.timeline``) records when each step ran, per replica. The bytes a step moves are
+counted by :mod:`dltools.traffic`. ``split_batch`` is d2l's helper for data parallelism by hand.
 
 On GPUs, prefer ``torch.nn.DataParallel`` itself; :func:`wrap_data_parallel` picks for you.
 """
+import collections
 import contextlib
-import copy
 import threading
 import time
 import traceback
@@ -29,9 +35,11 @@ import warnings
 import torch
 from torch import nn
 
-__all__ = ["as_device", "chunk_sizes", "replicate", "scatter", "scatter_kwargs", "parallel_apply",
-           "gather", "data_parallel", "DataParallel", "wrap_data_parallel", "replica_index",
-           "step_traffic", "tensor_bytes"]
+from .traffic import tensor_bytes  # noqa: F401 - re-exported: notebooks use parallel.tensor_bytes
+
+__all__ = ["as_device", "chunk_sizes", "replicate", "scatter", "scatter_kwargs", "split_batch",
+           "parallel_apply", "gather", "data_parallel", "DataParallel", "wrap_data_parallel",
+           "replica_index", "tensor_bytes"]
 
 _local = threading.local()
 
@@ -59,7 +67,8 @@ def as_device(d):
 
 def _devices(devices, what="devices"):
     if devices is None:
-        raise ValueError(f"{what} is None; pass a list such as ['cpu', 'cpu'] or dltools.try_all_gpus()")
+        raise ValueError(f"{what} is None; pass a list such as ['cpu', 'cpu'] or "
+                         "dltools.try_all_gpus()")
     devices = [as_device(d) for d in devices]
     if not devices:
         raise ValueError(f"{what} is empty: data parallelism needs at least one device, e.g. "
@@ -81,7 +90,8 @@ def chunk_sizes(batch_size, num_devices):
     [1, 1, 1]
     """
     if batch_size < 0 or num_devices < 1:
-        raise ValueError(f"need batch_size >= 0 and num_devices >= 1, got {batch_size}, {num_devices}")
+        raise ValueError(f"need batch_size >= 0 and num_devices >= 1, got {batch_size}, "
+                         f"{num_devices}")
     return [c.shape[0] for c in torch.empty(batch_size, 0).chunk(num_devices, dim=0)]
 
 
@@ -140,6 +150,19 @@ def scatter(inputs, target_devices, dim=0):
     return scatter_map(inputs)
 
 
+def split_batch(X, y, devices):
+    """Split features ``X`` and labels ``y`` into one chunk per device, as d2l's ``split_batch``
+    (which uses ``nn.parallel.scatter`` and so needs GPUs; this one takes any devices).
+
+    >>> Xs, ys = split_batch(torch.arange(10).reshape(5, 2), torch.arange(5), ['cpu', 'cpu'])
+    >>> [x.shape[0] for x in Xs], [t.tolist() for t in ys]
+    ([3, 2], [[0, 1, 2], [3, 4]])
+    """
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}; they must match")
+    return scatter(X, devices), scatter(y, devices)
+
+
 def scatter_kwargs(inputs, kwargs, target_devices, dim=0):
     """Scatter positional and keyword inputs; both results have the same length.
 
@@ -160,47 +183,64 @@ def scatter_kwargs(inputs, kwargs, target_devices, dim=0):
 
 
 def replicate(network, devices, detach=False):
-    """Copy ``network`` to every device; returns one module per device.
+    """Copy ``network`` to every device as ``torch.nn.parallel.replicate`` does; one module each.
 
-    Replica parameters are differentiable copies (unless ``detach``), so gradients computed on a
-    replica flow back into ``network``'s parameters. Buffers (e.g. BatchNorm statistics) are plain
-    copies; replica 0, when on the network's own device, shares them, so its in-place updates are
-    kept, as in ``nn.DataParallel``.
+    Each replica module is made by ``nn.Module._replicate_for_data_parallel``, a *shallow* copy:
+    it shares the original's ``__dict__`` entries, so forward hooks and plain attributes are the
+    original's (removing a hook from the original removes it from every replica), and an attribute
+    that ``forward`` sets on a replica is lost with the replica. Then, per device:
+
+    * parameters become differentiable copies (plain attributes, not ``Parameter``s; ``detach``
+      gives detached copies), so ``backward()`` sums every replica's gradient into the originals;
+    * buffers become copies on the device.
+
+    Replica 0, when on the network's own device, shares the original's parameter and buffer memory
+    (as PyTorch's broadcast does), so its in-place buffer updates (BatchNorm statistics) are kept.
 
     >>> net = nn.Linear(3, 1)
     >>> r0, r1 = replicate(net, ['cpu', 'cpu'])
     >>> torch.equal(r1.weight, net.weight), r1.weight is net.weight, r1.weight.requires_grad
     (True, False, True)
+    >>> r1._forward_hooks is net._forward_hooks      # shallow: hooks are shared
+    True
     >>> (r0(torch.ones(1, 3)) + r1(torch.ones(1, 3))).sum().backward()
     >>> net.weight.grad.tolist()    # both replicas' gradients, summed into the original
     [[2.0, 2.0, 2.0]]
     """
     devices = _devices(devices)
     params = list(network.parameters())
-    source = params[0].device if params else devices[0]
+    source = params[0].device if params else _module_device(network)
+    modules = list(network.modules())
+    position = {id(m): i for i, m in enumerate(modules)}
     replicas = []
     for j, device in enumerate(devices):
         share = j == 0 and device == source
-        # Parameters and (for the sharing replica) buffers are not deep-copied: they are replaced below.
-        memo = {id(p): p for p in params}
-        if share:
-            memo.update({id(b): b for b in network.buffers()})
-        replica = copy.deepcopy(network, memo)
-        for orig, rep in zip(network.modules(), replica.modules()):
-            for name, p in orig._parameters.items():
+        # One copy per original tensor, so tied parameters stay tied in the replica.
+        param_copies = {}
+        for p in params:
+            if share:
+                param_copies[id(p)] = p.detach() if detach else p.view_as(p)
+            else:
+                t = p.detach() if detach else p
+                param_copies[id(p)] = t.to(device, copy=True)
+        copies = [m._replicate_for_data_parallel() for m in modules]
+        for m, rep in zip(modules, copies):
+            rep._former_parameters = collections.OrderedDict()  # as torch's replicate (for DDP)
+            for key, child in m._modules.items():
+                rep._modules[key] = None if child is None else copies[position[id(child)]]
+            for key, p in m._parameters.items():
                 if p is None:
-                    continue
-                if detach:
-                    t = p.detach() if share else p.detach().to(device, copy=True)
+                    rep._parameters[key] = None
                 else:
-                    t = p.view_as(p) if share else p.to(device, copy=True)
-                del rep._parameters[name]
-                setattr(rep, name, t)
-            if not share:
-                for name, b in rep._buffers.items():
-                    if b is not None:
-                        rep._buffers[name] = b.to(device)
-        replicas.append(replica)
+                    # Replica parameters are not leaves: set them as plain attributes.
+                    setattr(rep, key, param_copies[id(p)])
+                    rep._former_parameters[key] = param_copies[id(p)]
+            for key, b in m._buffers.items():
+                if b is None or share:
+                    continue  # the copied _buffers dict already holds the original tensor
+                keep_grad = b.requires_grad and not detach
+                rep._buffers[key] = (b if keep_grad else b.detach()).to(device, copy=True)
+        replicas.append(copies[0])
     return replicas
 
 
@@ -216,7 +256,8 @@ def _autocast_state(device):
 
 
 def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=None):
-    """Run ``modules[i](*inputs[i], **kwargs_tup[i])`` in parallel threads; return the outputs in order.
+    """Run ``modules[i](*inputs[i], **kwargs_tup[i])`` in parallel threads; return the outputs in
+    order.
 
     An exception in any replica is raised in the caller with the replica's index and traceback.
     With a list as ``timeline``, one event per replica is appended to it (in replica order):
@@ -373,13 +414,14 @@ def _check_on_source(module, src_device):
 
 @contextlib.contextmanager
 def _span(timeline, what, lane="master"):
-    """Append ``{'lane', 'what', 'start', 'end'}`` for the ``with`` block to ``timeline`` (if a list)."""
+    """Append ``{'lane', 'what', 'start', 'end'}`` for the ``with`` block to a ``timeline`` list."""
     start = time.perf_counter()
     try:
         yield
     finally:
         if timeline is not None:
-            timeline.append({"lane": lane, "what": what, "start": start, "end": time.perf_counter()})
+            timeline.append({"lane": lane, "what": what, "start": start,
+                             "end": time.perf_counter()})
 
 
 def data_parallel(module, inputs, device_ids=None, output_device=None, dim=0, module_kwargs=None,
@@ -400,7 +442,9 @@ def data_parallel(module, inputs, device_ids=None, output_device=None, dim=0, mo
     [('master', 'scatter'), ('master', 'replicate'), ('replica 0', 'forward'),
      ('replica 1', 'forward'), ('master', 'gather')]
     """
-    devices = _devices(device_ids if device_ids is not None else [_module_device(module)], "device_ids")
+    if device_ids is None:
+        device_ids = [_module_device(module)]
+    devices = _devices(device_ids, "device_ids")
     _check_on_source(module, devices[0])
     if not isinstance(inputs, tuple):
         inputs = (inputs,) if inputs is not None else ()
@@ -439,7 +483,8 @@ class DataParallel(nn.Module):
             device_ids = try_all_gpus()
         self.module = module
         self.device_ids = _devices(device_ids, "device_ids")
-        self.output_device = as_device(output_device) if output_device is not None else self.device_ids[0]
+        self.output_device = (as_device(output_device) if output_device is not None
+                              else self.device_ids[0])
         self.dim = dim
         self.src_device = self.device_ids[0]
         self.timeline = None
@@ -455,9 +500,9 @@ def wrap_data_parallel(net, devices):
     Several GPUs: ``torch.nn.DataParallel``. Several entries otherwise (e.g. ``['cpu', 'cpu']``):
     this module's thread-replica :class:`DataParallel`. One device: the network itself.
 
-    >>> wrap_data_parallel(nn.Linear(2, 2), ['cpu', 'cpu']).__class__.__name__
-    'DataParallel'
-    >>> wrap_data_parallel(nn.Linear(2, 2), ['cpu']).__class__.__name__
+    >>> type(wrap_data_parallel(nn.Linear(2, 2), ['cpu', 'cpu'])).__module__   # not torch's
+    'dltools.parallel'
+    >>> type(wrap_data_parallel(nn.Linear(2, 2), ['cpu'])).__name__
     'Linear'
     """
     devices = _devices(devices)
@@ -467,96 +512,3 @@ def wrap_data_parallel(net, devices):
     if all(d.type == "cuda" for d in devices):
         return nn.DataParallel(net, device_ids=devices)
     return DataParallel(net, device_ids=devices)
-
-
-# ------------------------------------------------------------------ traffic accounting
-
-
-def tensor_bytes(obj, floating_only=False):
-    """Bytes held by the tensors in ``obj`` (a tensor, or tuples/lists/dicts of them).
-
-    ``floating_only`` counts only tensors that can carry gradients (floating point or complex).
-
-    >>> tensor_bytes(torch.zeros(2, 3)), tensor_bytes({'a': torch.zeros(4, dtype=torch.float64), 'b': 'x'})
-    (24, 32)
-    >>> tensor_bytes((torch.zeros(2), torch.arange(2)), floating_only=True)
-    8
-    """
-    if isinstance(obj, torch.Tensor):
-        if floating_only and not (obj.is_floating_point() or obj.is_complex()):
-            return 0
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(o, floating_only) for o in obj)
-    if isinstance(obj, dict):
-        return sum(tensor_bytes(o, floating_only) for o in obj.values())
-    return 0
-
-
-def step_traffic(module, inputs, num_devices, dim=0):
-    """Bytes one DataParallel training step moves between the master (device 0) and the others.
-
-    Counted as ``nn.DataParallel`` does the step, with the batch on the master: ``scatter`` (input
-    chunks sent to replicas 1..k-1), ``broadcast`` (parameters and buffers copied to them),
-    ``gather`` (their outputs sent back), ``output_grads`` (backward: the gradient of those outputs
-    scattered back to them) and ``reduce`` (their parameter gradients summed into the master's).
-    ``k`` is the number of replicas that get rows (fewer than ``num_devices`` for a small batch).
-    ``inputs`` is a tensor or a tuple of inputs. The outputs of chunks 1..k-1 are measured by
-    running a copy of the module in eval mode on PyTorch's ``meta`` device, which computes shapes
-    only (no arithmetic); a module that cannot run there is run for real, without gradients.
-
-    >>> t = step_traffic(nn.Linear(10, 2), torch.zeros(8, 10), num_devices=2)
-    >>> t['scatter'], t['broadcast'], t['gather'], t['output_grads'], t['reduce'], t['total']
-    (160, 88, 32, 32, 88, 400)
-    >>> step_traffic(nn.Linear(10, 2), torch.zeros(8, 10), num_devices=1)['total']
-    0
-    """
-    if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
-        raise ValueError(f"num_devices must be an int >= 1, got {num_devices!r}")
-    if not isinstance(inputs, tuple):
-        inputs = (inputs,)
-    devices = ["cpu"] * num_devices  # only the chunking matters here, not where chunks go
-    chunks = scatter(inputs, devices, dim)
-    out_chunks = [None] + _output_shapes(module, chunks[1:])  # chunk 0's output stays on the master
-    others = len(chunks) - 1
-    params = list(module.parameters())
-    param_bytes = sum(tensor_bytes(p) for p in params)
-    grad_bytes = sum(tensor_bytes(p) for p in params if p.requires_grad)
-    traffic = {
-        "scatter": sum(tensor_bytes(c) for c in chunks[1:]),
-        "broadcast": others * (param_bytes + sum(tensor_bytes(b) for b in module.buffers())),
-        "gather": sum(tensor_bytes(o) for o in out_chunks[1:]),
-        "output_grads": sum(tensor_bytes(o, floating_only=True) for o in out_chunks[1:]),
-        "reduce": others * grad_bytes,
-    }
-    traffic["total"] = sum(traffic.values())
-    return traffic
-
-
-def _output_shapes(module, chunks):
-    """The module's outputs for each chunk: on the meta device if possible (shapes, no compute)."""
-    def to_meta(obj):
-        if isinstance(obj, torch.Tensor):
-            return obj.to("meta")
-        if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-            return type(obj)(to_meta(o) for o in obj)
-        if isinstance(obj, dict):
-            return type(obj)((k, to_meta(v)) for k, v in obj.items())
-        return obj
-
-    if not chunks:
-        return []
-    with torch.no_grad():
-        try:
-            meta = copy.deepcopy(module).to("meta").eval()
-            return [meta(*to_meta(c)) for c in chunks]
-        except (NotImplementedError, RuntimeError, TypeError):
-            pass
-        # Fall back to a real run; eval mode leaves BatchNorm statistics alone.
-        modes = [(m, m.training) for m in module.modules()]
-        try:
-            module.eval()
-            return [module(*c) for c in chunks]
-        finally:
-            for m, training in modes:
-                m.training = training

@@ -8,7 +8,7 @@ from .devices import try_all_gpus
 from .parallel import as_device, wrap_data_parallel
 from .timing import Accumulator, Timer
 
-__all__ = ["accuracy", "evaluate_accuracy_gpu", "train_batch_ch13", "train_ch13", "progress"]
+__all__ = ["accuracy", "evaluate_accuracy_gpu", "sgd", "train_batch_ch13", "train_ch13", "progress"]
 
 
 def progress(iterable=None, **kwargs):
@@ -19,6 +19,22 @@ def progress(iterable=None, **kwargs):
     """
     from tqdm.auto import tqdm
     return tqdm(iterable, **kwargs)
+
+
+def sgd(params, lr, batch_size):
+    """Minibatch stochastic gradient descent, as d2l's ``sgd``: ``p -= lr * p.grad / batch_size``,
+    then zero the gradients.
+
+    >>> w = torch.ones(2, requires_grad=True)
+    >>> (4 * w).sum().backward()
+    >>> sgd([w], lr=0.5, batch_size=4)
+    >>> w.tolist(), w.grad.tolist()
+    ([0.5, 0.5], [0.0, 0.0])
+    """
+    with torch.no_grad():
+        for param in params:
+            param -= lr * param.grad / batch_size
+            param.grad.zero_()
 
 
 def accuracy(y_hat, y):

@@ -1,4 +1,5 @@
 """dltools must agree with d2l (1.0.3, installed without its pinned dependencies) where d2l works."""
+import inspect
 import os
 
 import pytest
@@ -83,3 +84,34 @@ def test_where_d2l_breaks_on_cpu_dltools_does_not():
         assert d2l.try_all_gpus() == []          # d2l's documented [cpu] is not what it returns
         assert dltools.try_all_gpus() == [torch.device("cpu")]
     assert d2l.try_gpu(10_000) == dltools.try_gpu(10_000)
+
+
+def test_sgd_matches_d2l():
+    torch.manual_seed(0)
+    ours = [torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True)]
+    theirs = [p.detach().clone().requires_grad_() for p in ours]
+    for params in (ours, theirs):
+        (params[0].sum(dim=0) * params[1]).pow(2).sum().backward()
+    dltools.sgd(ours, lr=0.3, batch_size=7)
+    d2l.sgd(theirs, lr=0.3, batch_size=7)
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b) and torch.equal(a.grad, b.grad)
+    assert inspect.signature(dltools.sgd) == inspect.signature(d2l.sgd)
+
+
+def test_split_batch_matches_d2l():
+    assert inspect.signature(dltools.split_batch) == inspect.signature(d2l.split_batch)
+    X, y = torch.arange(40.0).reshape(10, 4), torch.arange(10)
+    if dltools.num_gpus() >= 2:
+        devices = dltools.try_all_gpus()
+        theirs = d2l.split_batch(X, y, devices)
+    else:
+        devices = ["cpu"] * 3
+        with pytest.raises(Exception, match="non cpu device"):  # d2l's needs GPUs
+            d2l.split_batch(X, y, [torch.device(d) for d in devices])
+        # what nn.parallel.scatter gives on GPUs: torch.chunk's pieces, one per device
+        theirs = (X.chunk(3), y.chunk(3))
+    ours = dltools.split_batch(X, y, devices)
+    for got, want in zip(ours, theirs):
+        assert [t.tolist() for t in got] == [t.cpu().tolist() for t in want]
+        assert [t.device for t in got] == [torch.device(d) for d in devices[:len(got)]]

@@ -1,4 +1,5 @@
-"""dltools.parallel: DataParallel's four steps must give what the single-device computation gives."""
+"""dltools.parallel: DataParallel's four steps must give what one device computes, and its
+replicas must be what torch.nn.parallel.replicate makes."""
 import collections
 import functools
 import warnings
@@ -48,7 +49,8 @@ def test_scatter_uneven_and_small_batches():
 
 def test_scatter_nested_structures():
     Pair = collections.namedtuple("Pair", "a b")
-    x = {"img": torch.arange(12).view(6, 2), "meta": (torch.arange(6), "tag"), "p": Pair(torch.zeros(6), 3)}
+    x = {"img": torch.arange(12).view(6, 2), "meta": (torch.arange(6), "tag"),
+         "p": Pair(torch.zeros(6), 3)}
     parts = P.scatter(x, cpus(2))
     assert len(parts) == 2
     assert parts[1]["img"].tolist() == [[6, 7], [8, 9], [10, 11]]
@@ -137,7 +139,8 @@ def test_split_along_dim_1():
 
 
 class NestedNet(nn.Module):
-    """Takes a tuple and a keyword dict, returns a dict holding a tuple: every container gather knows."""
+    """Takes a tuple and a keyword dict, returns a dict holding a tuple: every container gather
+    knows."""
 
     def __init__(self):
         super().__init__()
@@ -167,7 +170,8 @@ def test_nested_tuple_and_dict_inputs_and_outputs(n):
 
 
 def test_output_device_is_honoured():
-    out = P.data_parallel(mlp(), torch.randn(4, 6, dtype=torch.float64), cpus(2), output_device="cpu")
+    out = P.data_parallel(mlp(), torch.randn(4, 6, dtype=torch.float64), cpus(2),
+                          output_device="cpu")
     assert out.device == torch.device("cpu")
 
 
@@ -316,42 +320,79 @@ def test_timeline_records_every_step():
     dp(torch.randn(9, 6, dtype=torch.float64))  # recording off: nothing breaks
 
 
-def test_step_traffic_counts_by_hand():
-    net = nn.Linear(10, 4)  # 44 params = 176 bytes
-    t = P.step_traffic(net, torch.zeros(12, 10), num_devices=3)  # chunks of 4 rows
-    assert t["scatter"] == 2 * 4 * 10 * 4
-    assert t["broadcast"] == t["reduce"] == 2 * 176
-    assert t["gather"] == t["output_grads"] == 2 * 4 * 4 * 4
-    assert t["total"] == sum(v for k, v in t.items() if k != "total")
+# ------------------------------------------------------------------ shallow replicas, as PyTorch's
 
 
-def test_step_traffic_grows_with_devices_and_skips_frozen_and_unused():
-    net = nn.Sequential(nn.Linear(10, 4), nn.BatchNorm1d(4))
-    net[0].weight.requires_grad_(False)
-    X = torch.zeros(12, 10)
-    one, two, four = (P.step_traffic(net, X, n) for n in (1, 2, 4))
-    assert one["total"] == 0
-    assert four["broadcast"] == 3 * two["broadcast"]
-    param_and_buffer_bytes = sum(P.tensor_bytes(t) for t in list(net.parameters()) + list(net.buffers()))
-    assert two["broadcast"] == param_and_buffer_bytes
-    assert two["reduce"] == 4 * 4 + 4 * 4 * 2  # only bias and BN weight/bias have gradients
-    # a 2-row batch uses 2 replicas even with 8 devices
-    assert P.step_traffic(net, X[:2], 8)["broadcast"] == two["broadcast"]
-    with pytest.raises(ValueError, match="num_devices"):
-        P.step_traffic(net, X, 0)
+class Tagged(nn.Module):
+    """A module with a plain attribute, a forward that sets state, a buffer and a hookable child."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+        self.lin = nn.Linear(3, 2)
+        self.register_buffer("count", torch.zeros(1))
+        self.calls = []
+
+    def forward(self, x):
+        self.last_rows = x.shape[0]  # set on the replica: lost with it
+        self.calls.append(x.shape[0])  # mutates a shared list: seen by the original
+        return self.lin(x) * self.scale
 
 
-def test_step_traffic_falls_back_to_a_real_run_and_leaves_the_module_alone():
-    class NeedsValues(nn.Module):  # .item() cannot run on the meta device
-        def __init__(self):
-            super().__init__()
-            self.bn = nn.BatchNorm1d(3)
+def _torch_replicas(net, n):
+    """What torch.nn.parallel.replicate builds before it broadcasts: one shallow copy per module."""
+    modules = list(net.modules())
+    return [[m._replicate_for_data_parallel() for m in modules] for _ in range(n)]
 
-        def forward(self, x):
-            return self.bn(x) * (1.0 + 0.0 * x.sum().item())
 
-    net = NeedsValues().train()
-    t = P.step_traffic(net, torch.randn(8, 3), 2)
-    assert t["gather"] == 4 * 3 * 4
-    assert net.training and net.bn.training
-    assert net.bn.num_batches_tracked.item() == 0  # eval mode: statistics untouched
+def test_replicate_is_shallow_like_torch():
+    net = Tagged()
+    handle = net.lin.register_forward_hook(lambda m, i, o: None)
+    ours = [list(r.modules()) for r in P.replicate(net, cpus(3))]
+    theirs = _torch_replicas(net, 3)
+    for our_mods, torch_mods in zip(ours, theirs):
+        assert len(our_mods) == len(torch_mods)
+        for orig, a, b in zip(net.modules(), our_mods, torch_mods):
+            assert a is not orig
+            # the same dicts are shared in both: hooks, plain attributes
+            for attr in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks"):
+                assert getattr(a, attr) is getattr(b, attr) is getattr(orig, attr), attr
+            plain = {k for k in b.__dict__ if k not in ("_parameters", "_buffers", "_modules")}
+            assert plain <= set(a.__dict__)
+            for k in plain - {"_is_replica"}:
+                assert a.__dict__[k] is b.__dict__[k] is orig.__dict__[k], k
+            assert a._is_replica and b._is_replica
+            assert a._parameters == {} or all(v is None for v in a._parameters.values())
+            assert set(a._buffers) == set(b._buffers) == set(orig._buffers)
+    handle.remove()
+    assert all(len(mods[1]._forward_hooks) == 0 for mods in ours)  # removed from replicas too
+
+
+def test_replicate_buffers_like_torch():
+    net = mlp(bn=True)
+    reps = P.replicate(net, cpus(3))
+    for j, r in enumerate(reps):
+        for name, b in net.named_buffers():
+            got = functools.reduce(getattr, name.split("."), r)
+            assert torch.equal(got, b), name
+            # replica 0 on the source device shares the original's buffers; the others own copies
+            assert (got.data_ptr() == b.data_ptr()) == (j == 0), (j, name)
+            assert name in dict(r.named_buffers())  # buffers stay buffers (parameters do not)
+    assert list(reps[1].parameters()) == []  # as in torch: replica parameters are not Parameters
+
+
+def test_replica_state_set_in_forward_is_lost_and_hooks_fire_on_every_replica():
+    net = Tagged()
+    fired = []
+    net.lin.register_forward_hook(lambda m, i, o: fired.append(o.shape[0]))
+    P.data_parallel(net, torch.randn(5, 3), cpus(2))
+    assert not hasattr(net, "last_rows")  # set on the replicas only
+    assert sorted(net.calls) == [2, 3]  # a shared list is mutated through the replicas
+    assert sorted(fired) == [2, 3]  # the original's hook ran on each replica
+
+
+def test_replicate_keeps_tied_parameters_tied():
+    lin = nn.Linear(3, 3)
+    net = nn.Sequential(lin, nn.ReLU(), lin)
+    r = P.replicate(net, cpus(2))[1]
+    assert r[0].weight is r[2].weight and r[0] is r[2]

@@ -1,0 +1,201 @@
+"""Checks for the exercises of notebook 01 (data parallelism, a first look).
+
+Each check prints whether the answer is right, with a hint when it is not, and returns True/False;
+``None`` means "not answered yet". Expected values are worked out inside the functions (with
+``torch.chunk``, ``nn.DataParallel`` and ``dltools``), so that Jupyter's help (Shift-Tab) does not
+show them. The coding exercises' checks run the learner's function and compare with dltools/torch.
+"""
+import math
+import traceback
+
+import torch
+from torch import nn
+
+import dltools
+from dltools.exercises import int_list, report
+
+
+def _chunks(batch, num_devices):
+    return [c.shape[0] for c in torch.empty(batch, 0).chunk(num_devices)]
+
+
+def _chunk_verdict(answer, batch, num_devices):
+    expected = _chunks(batch, num_devices)
+    values = int_list(answer)
+    if answer is not None and values is None:
+        hint = ("give a list of whole numbers (ints), one per replica that gets rows, "
+                "e.g. [3, 3, 2].")
+    elif values is not None and sum(values) != batch:
+        hint = f"the chunks must add up to the batch: {sum(values)} != {batch}."
+    else:
+        hint = (f"torch.chunk gives every chunk ceil({batch}/{num_devices}) = "
+                f"{math.ceil(batch / num_devices)} rows, in order, and the last one what is left; "
+                "replicas without rows do not run.")
+    return report(None if answer is None else values == expected,
+                  f"dltools.chunk_sizes({batch}, {num_devices}) = {expected}.", hint, answer)
+
+
+def check_dp_chunk_sizes(answer):
+    """Exercise 1: the rows each device gets."""
+    return _chunk_verdict(answer, 50, 4)
+
+
+def check_dp_last_batch(answer):
+    """Exercise 2: the chunk sizes of the last batch of an epoch."""
+    examples, batch, num_devices = 100, 32, 3
+    return _chunk_verdict(answer, examples % batch or batch, num_devices)
+
+
+def check_dp_wrapped_key(answer):
+    """Exercise 3: the state_dict key of the last layer's bias, once wrapped."""
+    net = nn.DataParallel(nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5)))
+    expected = list(net.state_dict())[-1]
+    if isinstance(answer, str) and answer == expected.removeprefix("module."):
+        hint = ("that is the key of the plain network; what is the wrapped network's attribute "
+                "called?")
+    else:
+        hint = ("Sequential names its layers 0, 1, 2 (ReLU is number 1 and has no parameters); "
+                "print list(net.state_dict()) to see the keys.")
+    return report(None if answer is None else answer == expected,
+                  f"the wrapper stores the network as .module, so every key gains 'module.': "
+                  f"{expected!r}.", hint, answer)
+
+
+def check_dp_visible_gpus(answer):
+    """Exercise 4: (device count, physical GPU behind cuda:0)."""
+    listed = [5, 2]
+    expected = [len(listed), listed[0]]
+    values = int_list(answer)
+    if answer is not None and (values is None or len(values) != 2):
+        hint = "answer with two whole numbers: (device count, physical index of cuda:0)."
+    else:
+        hint = ("the process sees only the listed GPUs, numbered from 0 in the order the variable "
+                "lists them.")
+    names = ", ".join(f"cuda:{j} is physical GPU {i}" for j, i in enumerate(listed))
+    return report(None if answer is None else values == expected,
+                  f"{len(listed)} GPUs are visible, renumbered in the order listed: {names}.",
+                  hint, answer)
+
+
+# ------------------------------------------------------------------ coding exercises
+
+
+def _call(fn, *args):
+    """Run the learner's code: (result, None), or (None, a one-line description of the error)."""
+    try:
+        return fn(*args), None
+    except Exception as err:  # noqa: BLE001 - any error in the learner's code is feedback
+        last = traceback.extract_tb(err.__traceback__)[-1]
+        return None, f"your function raised {type(err).__name__}: {err} (line {last.lineno})"
+
+
+def _shapes(parts):
+    return [tuple(p.shape) for p in parts]
+
+
+def check_split_batch(split_batch):
+    """Exercise 5: ``split_batch(X, y, devices)``, compared with ``dltools.split_batch``."""
+    if split_batch is None:
+        return report(None, "", "", None)
+    if not callable(split_batch):
+        return report(False, "", "pass the function itself (its name, without calling it).", 0)
+    devices = dltools.try_all_gpus() if dltools.num_gpus() >= 2 else [torch.device("cpu")] * 3
+    cases = [(10, 3), (12, 4), (7, 2), (2, 3), (1, 1), (30, 8)]
+    for rows, k in cases:
+        devs = (devices * k)[:k]
+        X = torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3).to(devs[0])
+        y = torch.arange(rows).to(devs[0])
+        want_X, want_y = dltools.split_batch(X, y, devs)
+        got, err = _call(split_batch, X, y, devs)
+        if err:
+            return report(False, "", err, split_batch)
+        try:
+            got_X, got_y = got
+            got_X, got_y = list(got_X), list(got_y)
+        except (TypeError, ValueError):
+            return report(False, "", "return two sequences: the chunks of X and the chunks of y.",
+                          split_batch)
+        where = f"for {rows} rows on {k} devices"
+        if _shapes(got_X) != _shapes(want_X) or _shapes(got_y) != _shapes(want_y):
+            return report(False, "", f"{where} the chunks should have shapes {_shapes(want_X)} and "
+                          f"{_shapes(want_y)}, yours have {_shapes(got_X)} and {_shapes(got_y)}; "
+                          "split the rows as torch.chunk does (and as DataParallel does).",
+                          split_batch)
+        same = all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(got_X + got_y, want_X + want_y))
+        if not same:
+            return report(False, "", f"{where} the rows are not the right ones, in order.",
+                          split_batch)
+        placed = [t.device for t in got_X] == [t.device for t in got_y] == list(devs[:len(got_X)])
+        if not placed:
+            return report(False, "", f"{where} chunk i must be on devices[i]: use .to(device).",
+                          split_batch)
+    _, err = _call(split_batch, torch.zeros(4, 3), torch.zeros(5), devices[:2])
+    if err is None:
+        return report(False, "", "X and y with different row counts must raise an error (d2l "
+                      "asserts they match): otherwise features and labels get paired wrongly.",
+                      split_batch)
+    return report(True, f"your split_batch matches dltools.split_batch on {len(cases)} batches "
+                  "(uneven chunks, fewer rows than devices) and rejects mismatched X and y.", "",
+                  split_batch)
+
+
+def check_allreduce(allreduce):
+    """Exercise 6: ``allreduce(data)`` sums a list of per-device tensors in place, then a
+    from-scratch data-parallel training step with it is compared with one device."""
+    if allreduce is None:
+        return report(None, "", "", None)
+    if not callable(allreduce):
+        return report(False, "", "pass the function itself (its name, without calling it).", 0)
+    devices = dltools.try_all_gpus() if dltools.num_gpus() >= 2 else [torch.device("cpu")] * 3
+    # 1. the sum, on every device, in place
+    gen = torch.Generator().manual_seed(1)
+    for k in (2, 3, 4):
+        devs = (devices * k)[:k]
+        values = [torch.randn(2, 3, generator=gen, dtype=torch.float64) for _ in devs]
+        total = sum(values)
+        data = [v.clone().to(d) for v, d in zip(values, devs)]
+        objects = [id(t) for t in data]
+        _, err = _call(allreduce, data)
+        if err:
+            return report(False, "", err, allreduce)
+        if [id(t) for t in data] != objects:
+            return report(False, "", "the list must hold the same tensors afterwards: update them "
+                          "in place (t[:] = ...), since they are the replicas' .grad tensors.",
+                          allreduce)
+        if torch.allclose(data[0].cpu(), total / k):
+            return report(False, "", "that is the mean; d2l's allreduce sums (its sgd divides by "
+                          "the batch size).", allreduce)
+        if not torch.allclose(data[0].cpu(), total):
+            return report(False, "", f"with {k} tensors, data[0] should hold their sum.", allreduce)
+        if not all(torch.allclose(t.cpu(), total) for t in data):
+            return report(False, "", "every tensor must end up holding the sum (copy it back to "
+                          "each device), or the replicas drift apart.", allreduce)
+        if [t.device for t in data] != list(devs):
+            return report(False, "", "each tensor must stay on its own device.", allreduce)
+    # 2. d2l's train_batch with it: equal to a full-batch step on one device
+    torch.manual_seed(0)
+    X, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
+    W, b = torch.randn(4, 3) * 0.1, torch.zeros(3)
+    params = [W.clone().requires_grad_(), b.clone().requires_grad_()]
+    device_params = [[p.detach().to(d).requires_grad_() for p in params] for d in devices]
+    loss = nn.CrossEntropyLoss(reduction="none")
+    X_shards, y_shards = dltools.split_batch(X.to(devices[0]), y.to(devices[0]), devices)
+    used = device_params[:len(X_shards)]
+    for Xs, ys, (Wd, bd) in zip(X_shards, y_shards, used):
+        loss(Xs @ Wd + bd, ys).sum().backward()
+    with torch.no_grad():
+        for i in range(len(params)):
+            _, err = _call(allreduce, [p[i].grad for p in used])
+            if err:
+                return report(False, "", err, allreduce)
+    for p in used:
+        dltools.sgd(p, 0.5, X.shape[0])
+    loss(X @ params[0] + params[1], y).sum().backward()
+    dltools.sgd(params, 0.5, X.shape[0])
+    ok = all(torch.allclose(p.detach().cpu(), q, atol=1e-6) for dp in used
+             for p, q in zip(dp, params))
+    return report(ok, "your allreduce sums the gradients in place on every device; one "
+                  f"from-scratch data-parallel step on {len(used)} replicas leaves every replica's "
+                  "parameters where a full-batch step on one device leaves them.",
+                  "the replicas' parameters after one step differ from a full-batch step on one "
+                  "device.", allreduce)

@@ -1,0 +1,150 @@
+"""Checks for the exercises of notebook 02 (inside nn.DataParallel).
+
+Each check prints whether the answer is right, with a hint when it is not, and returns True/False;
+``None`` means "not answered yet". Expected values are worked out inside the functions (with
+``torch.chunk`` and ``dltools.traffic``), so that Jupyter's help (Shift-Tab) does not show them.
+The coding exercise's check runs the learner's module through ``dltools.parallel.DataParallel``.
+"""
+import numbers
+import traceback
+import warnings
+
+import torch
+from torch import nn
+
+from dltools import parallel
+from dltools.exercises import int_list, int_tuple, report
+from dltools.traffic import collective_bytes
+
+
+def _chunks(batch, num_devices):
+    return [c.shape[0] for c in torch.empty(batch, 0).chunk(num_devices)]
+
+
+def check_scalar_loss_shape(answer):
+    """Exercise 1: the shape of what DataParallel returns for a model that returns a 0-dim loss."""
+    batch, num_devices = 6, 4
+    sizes = _chunks(batch, num_devices)
+    expected = (len(sizes),)
+    got = int_tuple(answer)
+    if answer is not None and got is None:
+        hint = ("give a shape: a tuple of whole numbers such as (5,) (a bare number is not a "
+                "shape, and a shape has no fractions).")
+    elif got == (num_devices,):
+        hint = (f"one loss per replica that ran; torch.chunk makes chunks of "
+                f"ceil({batch}/{num_devices}) rows, so not every device gets rows.")
+    elif got == ():
+        hint = "gather cannot concatenate 0-dim tensors: it makes each one a vector of length 1."
+    else:
+        hint = "one loss comes back per replica that ran: count the chunks."
+    return report(None if answer is None else got == expected,
+                  f"{batch} rows on {num_devices} devices are chunks {sizes}: {len(sizes)} "
+                  f"replicas run, so {len(sizes)} losses come back, shape {expected}.",
+                  hint, answer)
+
+
+def check_replica_loss_weights(answer):
+    """Exercise 2: the weights, one per replica, that turn per-replica mean losses into the
+    full-batch mean loss."""
+    batch, num_devices = 10, 3
+    sizes = _chunks(batch, num_devices)
+    expected = torch.tensor(sizes, dtype=torch.float64) / batch
+    ok = None
+    hint = (f"a plain average gives the {sizes[-1]} rows of the small last chunk as much say as "
+            f"the {sizes[0]} of the others.")
+    if answer is not None:
+        try:
+            values = list(answer)
+        except TypeError:
+            values = None
+        numbers_only = values is not None and all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)
+        if not numbers_only:
+            ok, hint = False, "give a list of numbers, one weight per replica."
+        elif len(values) != len(sizes):
+            ok, hint = False, f"one weight per replica that runs: {len(sizes)} of them."
+        else:
+            got = torch.tensor([float(v) for v in values], dtype=torch.float64)
+            ok = torch.allclose(got, expected, atol=1e-3)
+            if not ok and torch.allclose(got, torch.tensor(sizes, dtype=torch.float64)):
+                hint = "those are the row counts; weights that sum to 1 give a mean."
+    return report(ok, f"chunks {sizes} of {batch} rows: weight each replica's mean by its share of "
+                  "the rows.", hint, answer)
+
+
+def check_broadcast_bytes(answer):
+    """Exercise 3: (bytes the master sends, bytes over all links) for the parameter broadcast."""
+    num_params, num_devices, bytes_per_param = 1_000_000, 4, 4
+    model = num_params * bytes_per_param
+    b = collective_bytes("broadcast", model, num_devices)
+    expected = [b["root_sent"], b["total"]]
+    values = int_list(answer)
+    if answer is not None and (values is None or len(values) != 2):
+        hint = "answer with two whole numbers of bytes: (sent by the master, over all links)."
+    elif values == [b["total"], b["total"]]:
+        hint = ("that is what a master sending every copy itself would send; NCCL pipelines the "
+                "broadcast along the devices, so each device forwards what it receives.")
+    elif values is not None and values[1] == num_devices * model:
+        hint = "the master already holds the parameters: count the copies the other devices need."
+    else:
+        hint = ("the master sends the model once; each of the other devices must receive one "
+                "copy: what crosses all links together?")
+    return report(None if answer is None else values == expected,
+                  f"pipelined broadcast: the master sends {model:,} bytes (one model), and the "
+                  f"{num_devices - 1} other devices each receive a copy: {b['total']:,} bytes over "
+                  "all links, every step.", hint, answer)
+
+
+def check_sync_batchnorm(answer):
+    """Exercise 4: the module that makes BatchNorm use the whole batch's statistics."""
+    if answer is None:
+        return report(None, "", "", None)
+    ok = answer is nn.SyncBatchNorm or (isinstance(answer, str) and answer.strip().split(".")[-1]
+                                        == nn.SyncBatchNorm.__name__)
+    return report(ok, "nn.SyncBatchNorm (with DistributedDataParallel) gathers every process's "
+                  "per-channel mean, variance and count.",
+                  "the module's name says what it does to the statistics across processes; give "
+                  "the class or its exact name.", answer)
+
+
+# ------------------------------------------------------------------ coding exercise
+
+
+def check_loss_in_forward(module_class):
+    """Exercise 5: a module whose ``forward(X, y, total_rows)`` returns what makes
+    ``DataParallel(...)(X, y, len(X)).sum()`` the full-batch mean loss."""
+    if module_class is None:
+        return report(None, "", "", None)
+    if not isinstance(module_class, type):
+        return report(False, "", "pass the class itself (its name, without calling it).", 0)
+    cases = [(10, 3), (7, 2), (13, 4), (2, 3), (12, 3)]
+    for rows, k in cases:
+        torch.manual_seed(rows * 10 + k)
+        net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).double()
+        X, y = torch.randn(rows, 4, dtype=torch.float64), torch.randint(0, 3, (rows,))
+        reference = nn.functional.cross_entropy(net(X), y)
+        want_grads = torch.autograd.grad(reference, list(net.parameters()))
+        try:
+            model = module_class(net)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a 0-dim result is allowed: gather warns
+                out = parallel.DataParallel(model, device_ids=["cpu"] * k)(X, y, rows)
+            got = out.sum()
+            grads = torch.autograd.grad(got, list(net.parameters()), allow_unused=True)
+        except Exception as err:  # noqa: BLE001 - any error in the learner's code is feedback
+            last = traceback.extract_tb(err.__traceback__)[-1]
+            return report(False, "", f"running it raised {type(err).__name__}: {err} "
+                          f"(line {last.lineno}); forward takes (self, X, y, total_rows).",
+                          module_class)
+        where = f"with {rows} rows on {k} replicas (chunks {_chunks(rows, k)})"
+        if not torch.allclose(got, reference, atol=1e-10):
+            return report(False, "", f"{where} the sum is {got.item():.4f}, the full-batch mean "
+                          f"loss is {reference.item():.4f}. Each replica sees only its rows; "
+                          "total_rows (a non-tensor argument) reaches every replica unchanged.",
+                          module_class)
+        if any(g is None or not torch.allclose(g, w, atol=1e-10)
+               for g, w in zip(grads, want_grads)):
+            return report(False, "", f"{where} the loss is right but its gradient is not: compute "
+                          "it from the network's output (no .item(), no detach).", module_class)
+    return report(True, f"on {len(cases)} batches, even and uneven, the summed result and its "
+                  "gradients equal the full-batch mean loss's.", "", module_class)

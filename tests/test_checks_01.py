@@ -1,0 +1,186 @@
+"""Notebook 01's exercise checks (right answers pass, typical wrong answers fail) and its
+diagram script."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+import checks_01 as checks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def verdict(capsys, check, answer):
+    ok = check(answer)
+    return ok, capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ answers to predict
+
+
+@pytest.mark.parametrize("check, right", [
+    (checks.check_dp_chunk_sizes, [13, 13, 13, 11]),
+    (checks.check_dp_chunk_sizes, (13, 13, 13, 11)),
+    (checks.check_dp_chunk_sizes, torch.Size([13, 13, 13, 11])),
+    (checks.check_dp_last_batch, [2, 2]),
+    (checks.check_dp_wrapped_key, "module.2.bias"),
+    (checks.check_dp_visible_gpus, (2, 5)),
+])
+def test_right_answers_pass(capsys, check, right):
+    ok, out = verdict(capsys, check, right)
+    assert ok is True and out.startswith("Correct:")
+
+
+@pytest.mark.parametrize("check, wrong", [
+    (checks.check_dp_chunk_sizes, [12, 12, 13, 13]),   # the right sum in the wrong shape
+    (checks.check_dp_chunk_sizes, [13, 13, 13, 13]),
+    (checks.check_dp_chunk_sizes, [12.5, 12.5, 12.5, 12.5]),
+    (checks.check_dp_chunk_sizes, [13.0, 13, 13, 11]),
+    (checks.check_dp_chunk_sizes, ["13", "13", "13", "11"]),
+    (checks.check_dp_chunk_sizes, [True, 1]),
+    (checks.check_dp_chunk_sizes, 13),
+    (checks.check_dp_last_batch, [2, 1, 1]),            # "every device gets something"
+    (checks.check_dp_last_batch, [11, 11, 10]),         # a full batch, not the last one
+    (checks.check_dp_last_batch, [4]),
+    (checks.check_dp_wrapped_key, "2.bias"),
+    (checks.check_dp_wrapped_key, "module.1.bias"),     # ReLU has no parameters but keeps its index
+    (checks.check_dp_wrapped_key, 3),
+    (checks.check_dp_visible_gpus, (2, 2)),
+    (checks.check_dp_visible_gpus, (8, 5)),
+    (checks.check_dp_visible_gpus, (2.0, 5)),
+    (checks.check_dp_visible_gpus, (2, 5, 0)),
+    (checks.check_dp_visible_gpus, 2),
+])
+def test_typical_wrong_answers_fail(capsys, check, wrong):
+    ok, out = verdict(capsys, check, wrong)
+    assert ok is False and out.startswith("Not yet:")
+
+
+@pytest.mark.parametrize("check", [checks.check_dp_chunk_sizes, checks.check_dp_last_batch,
+                                   checks.check_dp_wrapped_key, checks.check_dp_visible_gpus,
+                                   checks.check_split_batch, checks.check_allreduce])
+def test_unanswered_and_no_answer_in_the_help(capsys, check):
+    ok, out = verdict(capsys, check, None)
+    assert ok is False and out.startswith("Not answered yet")
+    import inspect
+    shown = (check.__doc__ or "") + str(inspect.signature(check))
+    for secret in ("13, 13, 13, 11", "[2, 2]", "module.2.bias", "(2, 5)", "50", "5,2"):
+        assert secret not in shown
+
+
+# ------------------------------------------------------------------ coding: split_batch
+
+
+def split_right(X, y, devices):  # d2l's, on any device
+    assert X.shape[0] == y.shape[0]
+    return ([x.to(d) for x, d in zip(X.chunk(len(devices)), devices)],
+            [t.to(d) for t, d in zip(y.chunk(len(devices)), devices)])
+
+
+def split_even(X, y, devices):  # batch // k rows each: drops or misplaces the rest
+    assert X.shape[0] == y.shape[0]
+    k = max(1, X.shape[0] // len(devices))
+    return list(X.split(k)), list(y.split(k))
+
+
+def split_no_check(X, y, devices):
+    return list(X.chunk(len(devices))), list(y.chunk(len(devices)))
+
+
+def split_shuffled(X, y, devices):
+    assert X.shape[0] == y.shape[0]
+    return list(X.flip(0).chunk(len(devices))), list(y.flip(0).chunk(len(devices)))
+
+
+def split_only_X(X, y, devices):
+    assert X.shape[0] == y.shape[0]
+    return list(X.chunk(len(devices)))
+
+
+def split_crashes(X, y, devices):
+    raise ValueError("not written yet")
+
+
+def test_split_batch_right(capsys):
+    ok, out = verdict(capsys, checks.check_split_batch, split_right)
+    assert ok is True and out.startswith("Correct:")
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (split_even, "shapes"), (split_no_check, "different row counts"),
+    (split_shuffled, "rows are not the right ones"), (split_only_X, "two sequences"),
+    (split_crashes, "raised ValueError"), ("split_batch", "function itself"),
+])
+def test_split_batch_wrong(capsys, wrong, words):
+    ok, out = verdict(capsys, checks.check_split_batch, wrong)
+    assert ok is False and words in out
+
+
+# ------------------------------------------------------------------ coding: allreduce
+
+
+def allreduce_right(data):  # d2l's
+    for i in range(1, len(data)):
+        data[0][:] += data[i].to(data[0].device)
+    for i in range(1, len(data)):
+        data[i][:] = data[0].to(data[i].device)
+
+
+def allreduce_mean(data):
+    allreduce_right(data)
+    for t in data:
+        t /= len(data)
+
+
+def allreduce_master_only(data):
+    for i in range(1, len(data)):
+        data[0][:] += data[i].to(data[0].device)
+
+
+def allreduce_rebinds(data):
+    total = sum(t.to(data[0].device) for t in data)
+    for i in range(len(data)):
+        data[i] = total.to(data[i].device)
+
+
+def allreduce_nothing(data):
+    pass
+
+
+def test_allreduce_right(capsys):
+    ok, out = verdict(capsys, checks.check_allreduce, allreduce_right)
+    assert ok is True and out.startswith("Correct:")
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (allreduce_mean, "the mean"), (allreduce_master_only, "every tensor"),
+    (allreduce_rebinds, "in place"), (allreduce_nothing, "should hold their sum"),
+    (split_crashes, "raised"), (3, "function itself"),
+])
+def test_allreduce_wrong(capsys, wrong, words):
+    ok, out = verdict(capsys, checks.check_allreduce, wrong)
+    assert ok is False and words in out
+
+
+# ------------------------------------------------------------------ the diagram script
+
+
+def _diagram_module():
+    spec = importlib.util.spec_from_file_location("make_dp_diagram",
+                                                  ROOT / "images" / "make_dp_diagram.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_diagram_script_writes_the_same_png_twice(tmp_path):
+    draw = _diagram_module().draw
+    first = draw(tmp_path / "a").read_bytes()
+    second = draw(tmp_path / "b").read_bytes()
+    assert first[:8] == b"\x89PNG\r\n\x1a\n"
+    assert first == second
+
+
+def test_committed_diagram_exists():
+    assert (ROOT / "images" / _diagram_module().FILENAME).is_file()

@@ -1,0 +1,120 @@
+"""Notebook 02's exercise checks: right answers pass, typical wrong answers fail."""
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+import checks_02 as checks
+
+
+def verdict(capsys, check, answer):
+    ok = check(answer)
+    return ok, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check, right", [
+    (checks.check_scalar_loss_shape, (3,)),
+    (checks.check_scalar_loss_shape, torch.Size([3])),
+    (checks.check_replica_loss_weights, [0.4, 0.4, 0.2]),
+    (checks.check_replica_loss_weights, (2 / 5, 2 / 5, 1 / 5)),
+    (checks.check_broadcast_bytes, (4_000_000, 12_000_000)),
+    (checks.check_sync_batchnorm, nn.SyncBatchNorm),
+    (checks.check_sync_batchnorm, "nn.SyncBatchNorm"),
+])
+def test_right_answers_pass(capsys, check, right):
+    ok, out = verdict(capsys, check, right)
+    assert ok is True and out.startswith("Correct:")
+
+
+@pytest.mark.parametrize("check, wrong", [
+    (checks.check_scalar_loss_shape, (3.9,)),      # int() would truncate this to 3
+    (checks.check_scalar_loss_shape, (3.0,)),
+    (checks.check_scalar_loss_shape, (4,)),        # one per device: not every device gets rows
+    (checks.check_scalar_loss_shape, ()),          # a scalar
+    (checks.check_scalar_loss_shape, 3),           # a number, not a shape
+    (checks.check_scalar_loss_shape, "(3,)"),
+    (checks.check_scalar_loss_shape, (True,)),
+    (checks.check_replica_loss_weights, [1 / 3, 1 / 3, 1 / 3]),
+    (checks.check_replica_loss_weights, [4, 4, 2]),
+    (checks.check_replica_loss_weights, [0.4, 0.4]),
+    (checks.check_replica_loss_weights, ["0.4", "0.4", "0.2"]),
+    (checks.check_replica_loss_weights, [True, True, False]),
+    (checks.check_replica_loss_weights, 0.4),
+    (checks.check_broadcast_bytes, (12_000_000, 12_000_000)),  # every copy from the master
+    (checks.check_broadcast_bytes, (4_000_000, 16_000_000)),   # a copy to the master too
+    (checks.check_broadcast_bytes, (4_000_000.0, 12_000_000)),
+    (checks.check_broadcast_bytes, 12_000_000),
+    (checks.check_broadcast_bytes, (1_000_000, 3_000_000)),    # parameters, not bytes
+    (checks.check_sync_batchnorm, nn.BatchNorm2d),
+    (checks.check_sync_batchnorm, "BatchNorm2d"),
+    (checks.check_sync_batchnorm, "syncbatchnorm2d"),
+])
+def test_typical_wrong_answers_fail(capsys, check, wrong):
+    ok, out = verdict(capsys, check, wrong)
+    assert ok is False and out.startswith("Not yet:")
+
+
+@pytest.mark.parametrize("check", [checks.check_scalar_loss_shape,
+                                   checks.check_replica_loss_weights, checks.check_broadcast_bytes,
+                                   checks.check_sync_batchnorm, checks.check_loss_in_forward])
+def test_unanswered_and_no_answer_in_the_help(capsys, check):
+    ok, out = verdict(capsys, check, None)
+    assert ok is False and out.startswith("Not answered yet")
+    shown = (check.__doc__ or "") + str(inspect.signature(check))
+    for secret in ("(3,)", "0.4", "4000000", "4,000,000", "SyncBatchNorm", "reduction"):
+        assert secret not in shown
+
+
+# ------------------------------------------------------------------ coding: loss in forward
+
+
+class Right(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, X, y, total_rows):
+        return nn.functional.cross_entropy(self.net(X), y, reduction="sum") / total_rows
+
+
+class RightPerSample(Right):
+    def forward(self, X, y, total_rows):
+        return nn.functional.cross_entropy(self.net(X), y, reduction="none") / total_rows
+
+
+class MeanOfChunk(Right):  # the mistake the exercise is about
+    def forward(self, X, y, total_rows):
+        return nn.functional.cross_entropy(self.net(X), y) / (total_rows / len(X)) * 0 + \
+            nn.functional.cross_entropy(self.net(X), y)
+
+
+class SumOfChunk(Right):  # forgets to divide: right only up to scale
+    def forward(self, X, y, total_rows):
+        return nn.functional.cross_entropy(self.net(X), y, reduction="sum")
+
+
+class Detached(Right):  # right value, no gradient
+    def forward(self, X, y, total_rows):
+        loss = nn.functional.cross_entropy(self.net(X), y, reduction="sum") / total_rows
+        return loss.detach().requires_grad_()
+
+
+class WrongSignature(Right):
+    def forward(self, X, y):
+        return nn.functional.cross_entropy(self.net(X), y)
+
+
+@pytest.mark.parametrize("right", [Right, RightPerSample])
+def test_loss_in_forward_right(capsys, right):
+    ok, out = verdict(capsys, checks.check_loss_in_forward, right)
+    assert ok is True and out.startswith("Correct:")
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (MeanOfChunk, "full-batch mean"), (SumOfChunk, "full-batch mean"),
+    (Detached, "gradient"), (WrongSignature, "raised TypeError"), (Right(nn.Linear(4, 3)), "class"),
+])
+def test_loss_in_forward_wrong(capsys, wrong, words):
+    ok, out = verdict(capsys, checks.check_loss_in_forward, wrong)
+    assert ok is False and words in out
