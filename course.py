@@ -4,9 +4,11 @@
     python3 course.py lab     # create/refresh .venv, register its kernel, start JupyterLab
     python3 course.py test    # create/refresh .venv, run unit tests, doctests and notebooks
 
-Only the standard library is used here, so this runs on a machine that has nothing but Python 3.11+.
-The first run installs PyTorch and friends (a few minutes); later runs reuse ``.venv`` and start at once.
-Extra arguments after ``test`` go to pytest, e.g. ``python3 course.py test notebooks/01_dp_intro.ipynb``.
+Only the standard library is used here, so this runs on a machine that has nothing but Python
+3.11+. The first run installs PyTorch and friends (a few minutes); later runs reuse ``.venv`` and
+start at once. ``lab`` installs the ``course`` extra (JupyterLab and everything a notebook imports);
+``test`` adds the ``test`` extra. Extra arguments after ``test`` go to pytest, e.g.
+``python3 course.py test notebooks/01_dp_intro.ipynb``.
 """
 import hashlib
 import os
@@ -26,8 +28,8 @@ KERNEL_DISPLAY = "Python 3 (dp-course)"
 # d2l is only the reference the parity tests compare against. Its exact pins (numpy==1.23.5, ...)
 # would downgrade the course environment, so it is installed without its dependencies.
 D2L = "d2l==1.0.3"
-# JupyterLab reads every file in <its app dir>/settings/overrides.d as default settings for everyone who
-# uses this environment (a learner's own changes in the Settings Editor still win).
+# JupyterLab reads every file in <its app dir>/settings/overrides.d as default settings for everyone
+# who uses this environment (a learner's own changes in the Settings Editor still win).
 LAB_SETTINGS = ROOT / "tools" / "lab_settings" / "overrides.json"
 LAB_OVERRIDES = VENV / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "dp-course.json"
 
@@ -82,14 +84,15 @@ def venv_env():
 
 
 def install_lab_settings():
-    """Install the course's JupyterLab defaults (tools/lab_settings/) into .venv; the browser test uses
-    the same ones."""
+    """Install the course's JupyterLab defaults (tools/lab_settings/) into .venv; the browser test
+    uses the same ones."""
     LAB_OVERRIDES.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(LAB_SETTINGS, LAB_OVERRIDES)
 
 
 def lab_command(notebook_dir=ROOT / "notebooks", headless=True, args=()):
-    """The command line that starts JupyterLab on the course (tests/test_browser.py runs it too)."""
+    """The command line that starts JupyterLab on the course (tests/support/browser_lab.py runs it
+    too)."""
     cmd = [BIN / "jupyter", "lab", "--notebook-dir", notebook_dir, "--ip", "127.0.0.1"]
     if headless:
         cmd.append("--no-browser")
@@ -101,7 +104,8 @@ def lab_command(notebook_dir=ROOT / "notebooks", headless=True, args=()):
 def lab(args):
     ensure_venv(["course"])
     install_lab_settings()
-    headless = not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")) and sys.platform.startswith("linux")
+    has_display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    headless = not has_display and sys.platform.startswith("linux")
     if headless:
         say("no display found: JupyterLab will print a URL with its token; open it in your browser "
             "(over ssh: ssh -L 8888:127.0.0.1:8888 this-host)")

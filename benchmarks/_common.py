@@ -2,6 +2,7 @@
 
 Each ``bench_*.py`` is run on its own (``.venv/bin/python benchmarks/bench_data.py``); Python puts
 this folder on ``sys.path``, so ``import _common`` works without making ``benchmarks`` a package.
+``dltools`` comes from the course environment (``python3 course.py`` installs it in editable mode).
 """
 import argparse
 import os
@@ -13,9 +14,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Import the course's dltools from this checkout even when it is not pip-installed.
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 def parser(description):
@@ -23,9 +21,11 @@ def parser(description):
     p = argparse.ArgumentParser(description=description,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--smoke", action="store_true",
-                   help="tiny sizes, a few seconds: checks that the script still runs (numbers mean nothing)")
+                   help="tiny sizes, a few seconds: checks that the script still runs "
+                        "(numbers mean nothing)")
     p.add_argument("--plot-dir", default=None,
-                   help="where to save the plot (default: images/ in full runs, no plot with --smoke)")
+                   help="where to save the plot (default: images/ in full runs, "
+                        "no plot with --smoke)")
     p.add_argument("--no-plot", action="store_true", help="do not save a plot")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads in this process (default: torch's choice; 1 with --smoke, "

@@ -6,11 +6,17 @@ through rank 0, and gloo's own ``dist.all_reduce``, for 2 and 4 processes and fl
     .venv/bin/python benchmarks/bench_allreduce.py --smoke    # 2 processes, 2 small sizes
 
 Times come from ``dltools.distributed.time_all_reduce`` run in processes started by
-``dltools.distributed.launch``: the median of ``--repeats`` calls (3 times as many up to 1 MB)
-after a warm-up call, each the slowest rank's time (a barrier before each call). Bandwidth here is *algorithm bandwidth*: tensor
-bytes / seconds. The alpha-beta fits use the models in ``dltools.distributed.alpha_beta_time``:
-ring (and gloo, whose CPU all-reduce is also ring-like) ``2(N-1) alpha + 2(N-1)/N bytes beta``; naive
-``2(N-1) (alpha + bytes beta)``, fitted by least squares on relative error.
+``dltools.distributed.launch``: the three algorithms take turns within each repeat (gloo, ring,
+naive, gloo, ...) in the same processes, so a busy moment of the machine hits them alike; each
+sample is the slowest rank's time (a barrier before each call); the table has the median of
+``--repeats`` samples (3 times as many up to 1 MB) after a warm-up call. Each rank runs
+cores / processes torch threads (at least 1, ``torch.set_num_threads`` in the worker), so the
+ranks do not oversubscribe the cores; ``--threads-per-rank`` overrides it. The threads, cores,
+load average, torch version and sizes are printed with the table. Bandwidth here is *algorithm
+bandwidth*: tensor bytes / seconds. The alpha-beta fits use the models in
+``dltools.distributed.alpha_beta_time``: ring (and gloo, whose CPU all-reduce is also ring-like)
+``2(N-1) alpha + 2(N-1)/N bytes beta``; naive ``2(N-1) (alpha + bytes beta)``, fitted by least
+squares on relative error.
 """
 import _common
 
@@ -27,19 +33,23 @@ def human(num_bytes):
     return f"{num_bytes} B"
 
 
-def time_sizes(sizes, repeats, algorithms):
-    """Inside a process group: ``time_all_reduce`` with more repeats for the quick small sizes.
+def time_sizes(sizes, repeats, algorithms, threads):
+    """Inside a process group: ``time_all_reduce`` with ``threads`` torch threads in this rank,
+    more repeats for the quick small sizes; return ``(times, threads actually used)``.
 
     Module-level so that the spawned worker processes can import it by name.
     """
+    import torch
+
     from dltools.distributed import time_all_reduce
+    torch.set_num_threads(threads)
     small, big = [s for s in sizes if s <= 1 << 20], [s for s in sizes if s > 1 << 20]
     times = {a: [] for a in algorithms}
     for part, reps in ((small, 3 * repeats), (big, repeats)):
         if part:
             for a, ts in time_all_reduce(part, reps, algorithms).items():
                 times[a] += ts
-    return times
+    return times, torch.get_num_threads()
 
 
 def fit_alpha_beta(sizes, seconds, world_size, algorithm):
@@ -58,19 +68,35 @@ def fit_alpha_beta(sizes, seconds, world_size, algorithm):
 
 def main(argv=None):
     p = _common.parser(__doc__.splitlines()[0])
-    p.add_argument("--world-sizes", type=int, nargs="+", default=None, help="default 2 4 (2 with --smoke)")
+    p.add_argument("--world-sizes", type=int, nargs="+", default=None,
+                   help="default 2 4 (2 with --smoke)")
     p.add_argument("--repeats", type=int, default=None, help="default 7 (1 with --smoke)")
+    p.add_argument("--threads-per-rank", type=int, default=None,
+                   help="torch threads in each rank (default: cores / processes, at least 1)")
     args = _common.parse(p, argv)
-    from dltools.distributed import launch
+    if args.threads_per_rank is not None and args.threads_per_rank < 1:
+        p.error(f"--threads-per-rank must be at least 1, got {args.threads_per_rank}")
+    import os
+
+    import torch
+
+    from dltools.distributed import launch, threads_per_process
+    from dltools.launch import usable_cores
 
     sizes = SMOKE_SIZES if args.smoke else FULL_SIZES
     worlds = args.world_sizes or ([2] if args.smoke else [2, 4])
     repeats = args.repeats or (1 if args.smoke else 7)
-    times = {}
+    load_before = os.getloadavg()
+    times, threads = {}, {}
     for n in worlds:
-        times[n] = launch(time_sizes, n, sizes, repeats, ALGORITHMS, timeout=600)[0]
+        wanted = args.threads_per_rank or threads_per_process(n)
+        results = launch(time_sizes, n, sizes, repeats, ALGORITHMS, wanted, timeout=600)
+        times[n] = results[0][0]
+        threads[n] = sorted({used for _, used in results})
+    load_after = os.getloadavg()
 
-    headers = ["processes", "size", "gloo GB/s", "ring GB/s", "naive GB/s", "ring / gloo", "naive / gloo"]
+    headers = ["processes", "size", "gloo GB/s", "ring GB/s", "naive GB/s", "ring / gloo",
+               "naive / gloo"]
     rows = []
     for n in worlds:
         for i, size in enumerate(sizes):
@@ -88,9 +114,15 @@ def main(argv=None):
     notes = ["Alpha-beta fits (alpha: seconds per message, 1/beta: link bandwidth):\n\n"
              "| processes | algorithm | alpha (us) | 1/beta (GB/s) |\n| --- | --- | --- | --- |\n"
              + "\n".join(fits),
-             f"float32 tensors; median of {3 * repeats} (up to 1 MB) or {repeats} (larger) timed "
-             "calls after a warm-up, each the slowest rank's time. "
-             "All processes share this machine's cores (no network: gloo over loopback TCP)."]
+             f"float32 tensors of {', '.join(human(x) for x in sizes)}; the three algorithms "
+             f"interleaved in the same processes; median of {3 * repeats} (up to 1 MB) or "
+             f"{repeats} (larger) timed calls after a warm-up, each the slowest rank's time. "
+             "All processes share this machine's cores (no network: gloo over loopback TCP).",
+             "Conditions: torch threads per rank "
+             + ", ".join(f"{'/'.join(map(str, threads[n]))} with {n} processes" for n in worlds)
+             + f"; {usable_cores()} usable cores; torch {torch.__version__}; load average "
+             f"(1, 5, 15 min) {' '.join(f'{x:.2f}' for x in load_before)} before, "
+             f"{' '.join(f'{x:.2f}' for x in load_after)} after."]
     if 16 << 20 in sizes:
         i = sizes.index(16 << 20)
         ratios = ", ".join(f"{n} processes {times[n]['builtin'][i] / times[n]['ring'][i]:.2f}x"

@@ -1,14 +1,15 @@
-"""Course runtime: wall time of each notebook under strict nbval, and of the whole course in one run.
+"""Course runtime: wall time of each notebook under strict nbval, and of the whole course.
 
-    .venv/bin/python benchmarks/bench_course_runtime.py                  # every notebooks/[0-9]*.ipynb
+    .venv/bin/python benchmarks/bench_course_runtime.py           # every notebooks/[0-9]*.ipynb
     .venv/bin/python benchmarks/bench_course_runtime.py notebooks/01_dp_intro.ipynb
-    .venv/bin/python benchmarks/bench_course_runtime.py --suite          # also the whole `pytest` run
-    .venv/bin/python benchmarks/bench_course_runtime.py --smoke          # one trivial notebook
+    .venv/bin/python benchmarks/bench_course_runtime.py --suite   # also the whole `pytest` run
+    .venv/bin/python benchmarks/bench_course_runtime.py --smoke   # one trivial notebook
 
 Each run is ``python -m pytest NOTEBOOK`` from the repository root with the project's settings
 (``--nbval --nbval-current-env``, the sanitize file) and the notebook environment of
-``tests/notebook_env.py``, exactly as the test suite runs them, so the time includes pytest's and
-the kernel's start. Targets: each notebook <= 90 s, the whole course <= 6 minutes on 2 CPU cores.
+``tools/notebook_env.py`` (applied by conftest.py), exactly as the test suite runs them, so the
+time includes pytest's and the kernel's start. Targets: each notebook <= 90 s, the whole course
+<= 6 minutes on 2 CPU cores.
 """
 import os
 import re
@@ -25,11 +26,8 @@ NOTEBOOK_BUDGET, COURSE_BUDGET = 90.0, 360.0
 
 
 def pytest_env():
-    sys.path.insert(0, str(ROOT / "tests"))
-    from notebook_env import apply_notebook_env
-    env = dict(os.environ)
-    apply_notebook_env(env)
-    return env
+    # conftest.py (top of the repository) applies the notebook environment in the child pytest.
+    return dict(os.environ)
 
 
 def run_pytest(paths, env):
@@ -39,8 +37,9 @@ def run_pytest(paths, env):
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t
+    last_line = proc.stdout.splitlines()[-1] if proc.stdout else ""
     counts = dict((k, int(v)) for v, k in re.findall(r"(\d+) (passed|failed|errors?|skipped)",
-                                                       proc.stdout.splitlines()[-1] if proc.stdout else ""))
+                                                       last_line))
     outcome = ", ".join(f"{v} {k}" for k, v in counts.items()) or "no tests ran"
     if proc.returncode not in (0, 5):
         outcome = f"FAILED ({outcome})"
@@ -62,7 +61,8 @@ def trivial_notebook(folder):
     cell = nbformat.v4.new_code_cell("print(6 * 7)", execution_count=1)
     cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="42\n")]
     nb.cells = [cell]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
     path = Path(folder) / "smoke_trivial.ipynb"
     nbformat.write(nb, str(path))
     return path
@@ -89,7 +89,8 @@ def main(argv=None):
         if args.smoke and not args.notebooks:
             notebooks = [trivial_notebook(tmp)]
         else:
-            notebooks = [Path(n) for n in args.notebooks] or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+            notebooks = ([Path(n) for n in args.notebooks]
+                         or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb")))
         if not notebooks:
             raise SystemExit("no notebooks to time")
         missing = [str(n) for n in notebooks if not Path(n).is_file()]
@@ -110,14 +111,16 @@ def main(argv=None):
                          sum(code_cells(n) for n in notebooks), outcome, f"{seconds:.1f}",
                          f"{COURSE_BUDGET:.0f}", f"{seconds / COURSE_BUDGET:.2f}"])
         if args.suite:
-            # pytest with no paths runs the configured testpaths: tests/, dltools/ doctests, notebooks/.
+            # pytest with no paths runs the configured testpaths: tests/, dltools/ doctests,
+            # notebooks/.
             seconds, outcome, code = run_pytest([], env)
             failed |= code not in (0, 5)
-            rows.append(["whole test suite (`pytest`)", "", outcome, f"{seconds:.1f}", "n/a", "n/a"])
+            rows.append(["whole test suite (`pytest`)", "", outcome, f"{seconds:.1f}", "n/a",
+                         "n/a"])
     headers = ["notebook", "code cells", "nbval result", "wall s", "budget s", "wall / budget"]
-    notes = ["Each row is one `python -m pytest ...` (strict nbval, the project's pytest settings), "
-             "so the time includes starting pytest and the kernel. Targets: each notebook <= 90 s, "
-             "the whole course <= 6 minutes on 2 CPU cores."]
+    notes = ["Each row is one `python -m pytest ...` (strict nbval, the project's pytest "
+             "settings), so the time includes starting pytest and the kernel. Targets: each "
+             "notebook <= 90 s, the whole course <= 6 minutes on 2 CPU cores."]
     if failed:
         notes.append("Some runs FAILED (see stderr): their times are not comparable.")
     _common.print_report("Course runtime under nbval", headers, rows, notes)

@@ -32,16 +32,18 @@ def d2l_data_dir(data_root):
     from torchvision.datasets import FashionMNIST
 
     raw = Path(data_root) / "FashionMNIST" / "raw"
-    missing = [n for n in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte") if not (raw / n).exists()]
+    files = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+    missing = [n for n in files if not (raw / n).exists()]
     if missing:
         raise SystemExit(f"the extracted Fashion-MNIST files {missing} are not in {raw}; run "
                          "dltools.load_data_fashion_mnist(256) once to extract them")
 
     def no_download(self):
-        # torchvision calls download() whenever download=True; it returns early if the files exist.
+        # torchvision calls download() when download=True; it returns early if the files exist.
         if not self._check_exists():
-            raise RuntimeError(f"bench_data.py never downloads: d2l did not find the files in {raw}")
+            raise RuntimeError("bench_data.py never downloads: d2l did not find the files in "
+                               f"{raw}")
 
     old_cwd, old_download = os.getcwd(), FashionMNIST.download
     with tempfile.TemporaryDirectory(prefix="bench_data_") as tmp:
@@ -80,14 +82,15 @@ def epoch_stats(data_iter, max_batches=None):
 
 
 def measure(resize, batch_size, rounds, dltools_repeats, max_batches):
-    import dltools
     from d2l import torch as d2l
+
+    import dltools
 
     t = time.perf_counter()
     mine, _ = dltools.load_data_fashion_mnist(batch_size, resize=resize, download=False)
     setup_mine = time.perf_counter() - t
     with d2l_data_dir(dltools.data_root()), warnings.catch_warnings():
-        # d2l asks for 4 workers whatever the machine; PyTorch warns on 2 cores. Kept as d2l ships it.
+        # d2l asks for 4 workers on any machine; PyTorch warns on 2 cores. Kept as d2l ships it.
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         t = time.perf_counter()
         theirs, _ = d2l.load_data_fashion_mnist(batch_size, resize=resize)
@@ -163,13 +166,14 @@ def main(argv=None):
               f"{r['d2l']['mean']:.4f} / {r['dltools']['mean']:.4f}",
               _common.fmt(r["d2l"]["seconds"]), _common.fmt(r["dltools"]["seconds"], 3),
               f"{r['speedup']:.1f}x"] for r in rows]
-    notes = [f"Batch {args.batch_size}, {'3 batches (smoke run)' if args.smoke else 'one full epoch of the training set'}"
-             f"; best of {rounds} (d2l) and {rounds * repeats} (dltools) interleaved timed epochs. "
-             "Building the loaders (not in the epoch time): "
+    epoch = "3 batches (smoke run)" if args.smoke else "one full epoch of the training set"
+    notes = [f"Batch {args.batch_size}, {epoch}; best of {rounds} (d2l) and {rounds * repeats} "
+             "(dltools) interleaved timed epochs. Building the loaders (not in the epoch time): "
              + ", ".join(f"{r['label']} d2l {r['setup'][1]:.2f} s, dltools {r['setup'][0]:.2f} s"
                          for r in rows) + ".",
              "Target: dltools >= 50x faster than d2l."]
-    _common.print_report("Data pipeline: dltools vs d2l load_data_fashion_mnist", headers, table, notes)
+    _common.print_report("Data pipeline: dltools vs d2l load_data_fashion_mnist", headers, table,
+                         notes)
     path = _common.plot_path(args, "bench_data.png")
     if path:
         plot(rows, path)

@@ -23,8 +23,8 @@ import _common
 
 def make_mlp():
     from torch import nn
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                         nn.Linear(256, 10))
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+                         nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
 def make_resnet(width):
@@ -99,7 +99,8 @@ def ddp_worker(global_batch, smoke, threads):
         # Each rank trains on its own slice of every global batch, as a DistributedSampler would.
         X, y = X[:, rank * local:(rank + 1) * local], y[:, rank * local:(rank + 1) * local]
         dist.barrier()
-        seconds = torch.tensor([train_steps(model, X, y, device)], dtype=torch.float64, device=device)
+        seconds = torch.tensor([train_steps(model, X, y, device)], dtype=torch.float64,
+                               device=device)
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
         # The replicas must end identical (DDP's promise): compare a checksum across ranks.
         checksum = torch.tensor([sum(float(p.detach().double().sum()) for p in net.parameters())],
@@ -174,8 +175,9 @@ def main(argv=None):
 
     where = f"{n} GPUs" if gpus >= 2 else f"{n} x CPU"
     dp_name = "nn.DataParallel" if gpus >= 2 else "thread replicas"
-    headers = ["model", "params", "steps", "1 process img/s", "1 process, 1 thread img/s", f"DP ({dp_name}, {where}) img/s",
-               f"DDP ({backend}, {n} processes) img/s", "DP / 1 process", "DDP / 1 process", "DDP / DP"]
+    headers = ["model", "params", "steps", "1 process img/s", "1 process, 1 thread img/s",
+               f"DP ({dp_name}, {where}) img/s", f"DDP ({backend}, {n} processes) img/s",
+               "DP / 1 process", "DDP / 1 process", "DDP / DP"]
     table = [[r["name"], f"{r['params']:,}", r["steps"], _common.fmt(r["single"], 0),
               _common.fmt(r["single_1t"], 0),
               _common.fmt(r["dp"], 0), _common.fmt(r["ddp"], 0), f"{r['dp'] / r['single']:.2f}",

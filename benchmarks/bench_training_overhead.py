@@ -24,15 +24,16 @@ def bare_loop(net, batches, loss, trainer):
     t = time.perf_counter()
     for X, y in batches:
         trainer.zero_grad()
-        l = loss(net(X), y)
-        l.sum().backward()
+        losses = loss(net(X), y)
+        losses.sum().backward()
         trainer.step()
     return time.perf_counter() - t
 
 
 def models(smoke):
-    import dltools
     from torch import nn
+
+    import dltools
 
     def mlp():
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256),
@@ -86,7 +87,8 @@ def main(argv=None):
     p = _common.parser(__doc__.splitlines()[0])
     args = _common.parse(p, argv)
     rounds = 1 if args.smoke else 4
-    rows = [measure(name, make, batch, steps, rounds) for name, make, batch, steps in models(args.smoke)]
+    rows = [measure(name, make, batch, steps, rounds)
+            for name, make, batch, steps in models(args.smoke)]
     headers = ["model", "batch x steps", "bare loop img/s", "train_ch13 img/s",
                "train_ch13 / bare", "overhead"]
     table = [[r["name"], f"{r['batch']} x {r['steps']}", _common.fmt(r["bare"], 1),
@@ -95,8 +97,8 @@ def main(argv=None):
     notes = [f"Best of {rounds} alternating one-epoch rounds per side after one warm-up epoch; "
              "train_ch13 with animate=False, progress_bar=True (tqdm on stderr), one CPU device.",
              "Target: overhead <= 5% for the ResNet-18 (a negative overhead is noise)."]
-    _common.print_report("Training-loop overhead: dltools.train_ch13 vs a bare loop", headers, table,
-                         notes)
+    _common.print_report("Training-loop overhead: dltools.train_ch13 vs a bare loop", headers,
+                         table, notes)
     path = _common.plot_path(args, "bench_training_overhead.png")
     if path:
         import matplotlib

@@ -10,15 +10,26 @@ Names follow ``d2l.torch`` where d2l has the same function, so d2l-style code ru
 One idea per module: devices, timing, plotting, data, models, training, parallel, distributed,
 exercises.
 """
-from .devices import cpu, device_report, distributed_backend, gpu, num_gpus, try_all_gpus, try_gpu
-from .timing import Accumulator, Timer
-from .data import (FASHION_MNIST_ARCHIVES, DatasetUnavailableError, RandomDataset,
-                   classification_data, data_root, get_fashion_mnist_labels, load_array,
-                   load_data_fashion_mnist, regression_data, synthetic_data)
-from .models import Residual, init_weights_normal, num_params, resnet18
-from .training import accuracy, evaluate_accuracy_gpu, progress, sgd, train_batch_ch13, train_ch13
-from .parallel import chunk_sizes, data_parallel, split_batch, wrap_data_parallel
+import torch  # dltools.torch, as d2l.torch has it; seed_everything's doctest uses it
+
 from . import distributed, exercises, parallel
+from .data import (
+    FASHION_MNIST_ARCHIVES,
+    DatasetUnavailableError,
+    RandomDataset,
+    classification_data,
+    data_root,
+    get_fashion_mnist_labels,
+    load_array,
+    load_data_fashion_mnist,
+    regression_data,
+    synthetic_data,
+)
+from .devices import cpu, device_report, distributed_backend, gpu, num_gpus, try_all_gpus, try_gpu
+from .models import Residual, init_weights_normal, num_params, resnet18
+from .parallel import chunk_sizes, data_parallel, split_batch, wrap_data_parallel
+from .timing import Accumulator, Timer
+from .training import accuracy, evaluate_accuracy_gpu, progress, sgd, train_batch_ch13, train_ch13
 
 __version__ = "0.1.0"
 
@@ -31,7 +42,8 @@ _PLOTTING = ("Animator", "plot", "plot_timeline", "set_axes", "set_figsize", "sh
 def __getattr__(name):
     if name == "plotting" or name in _PLOTTING:
         import importlib
-        plotting = importlib.import_module(".plotting", __name__)  # not `from . import`: it recurses here
+        # not `from . import plotting`: that looks the name up here again, and recurses
+        plotting = importlib.import_module(".plotting", __name__)
         return plotting if name == "plotting" else getattr(plotting, name)
     raise AttributeError(f"module 'dltools' has no attribute {name!r}")
 
@@ -53,5 +65,3 @@ def seed_everything(seed=0):
     np.random.seed(seed)
     torch.manual_seed(seed)
 
-
-import torch  # noqa: E402  (used by seed_everything's doctest and by d2l-style code: dltools.torch)

@@ -44,7 +44,13 @@ def data_root(root=None):
 
     >>> str(data_root('/tmp/somewhere'))
     '/tmp/somewhere'
-    >>> data_root().name
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"DLTOOLS_DATA": "/srv/datasets"}):
+    ...     str(data_root())
+    '/srv/datasets'
+    >>> with mock.patch.dict(os.environ):
+    ...     _ = os.environ.pop("DLTOOLS_DATA", None)
+    ...     data_root().name
     'data'
     """
     if root is not None:
@@ -111,7 +117,8 @@ def load_fashion_mnist(train=True, root=None, download=True):
         # a good file next time.
         if raw.exists():
             for path in set(raw.iterdir()) - before:
-                if path.name not in FASHION_MNIST_ARCHIVES or _md5(path) != FASHION_MNIST_ARCHIVES[path.name]:
+                if (path.name not in FASHION_MNIST_ARCHIVES
+                        or _md5(path) != FASHION_MNIST_ARCHIVES[path.name]):
                     path.unlink()
         raise DatasetUnavailableError(
             f"Fashion-MNIST ({'train' if train else 'test'}) is not available: {err}\n"
@@ -143,8 +150,8 @@ def _check_resize(resize):
 class TensorBatchIterator:
     """Batches ``(X, y)`` from in-memory uint8 images, the way a DataLoader with ``ToTensor`` would.
 
-    ``X`` is float32 in [0, 1] of shape (B, 1, H, W); ``y`` is int64. With ``shuffle=True`` each pass
-    draws a new order from ``generator`` (or from torch's global RNG, so ``torch.manual_seed``
+    ``X`` is float32 in [0, 1] of shape (B, 1, H, W); ``y`` is int64. With ``shuffle=True`` each
+    pass draws a new order from ``generator`` (or from torch's global RNG, so ``torch.manual_seed``
     makes it repeatable).
 
     >>> images = torch.arange(5 * 4, dtype=torch.uint8).reshape(5, 2, 2)
@@ -226,7 +233,8 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, *, num_train=Non
         images, labels = load_fashion_mnist(train=train, root=root, download=download)
         if n is not None:
             if not 1 <= n <= len(labels):
-                raise ValueError(f"num_{'train' if train else 'test'} must be between 1 and {len(labels)}, got {n}")
+                raise ValueError(f"num_{'train' if train else 'test'} must be between 1 and "
+                                 f"{len(labels)}, got {n}")
             images, labels = images[:n], labels[:n]
         generator = None
         if shuffle and seed is not None:

@@ -1,4 +1,5 @@
-"""Device discovery: which devices a notebook should use, and which distributed backend goes with them.
+"""Device discovery: which devices a notebook should use, and which distributed backend goes with
+them.
 
 Every notebook chooses its devices here, at run time, so the same cell uses the CPU on a laptop,
 one GPU on Colab and all GPUs on a server. Nothing in the course hard-codes ``cuda:0``.
@@ -89,7 +90,8 @@ def distributed_backend(devices=None):
         raise ValueError("distributed_backend needs at least one device (got an empty list)")
     kinds = {d.type for d in devices}
     if kinds == {"cuda"}:
-        return "nccl" if torch.distributed.is_available() and torch.distributed.is_nccl_available() else "gloo"
+        nccl = torch.distributed.is_available() and torch.distributed.is_nccl_available()
+        return "nccl" if nccl else "gloo"
     return "gloo"
 
 

@@ -3,7 +3,7 @@
 All layers are ordinary (not lazy) modules, so a freshly built network has real parameters and
 ``DataParallel`` can replicate it before any forward pass.
 """
-import torch
+import torch  # noqa: F401  (the doctests use it)
 from torch import nn
 from torch.nn import functional as F
 
@@ -23,7 +23,8 @@ class Residual(nn.Module):
         if input_channels != num_channels and not use_1x1conv:
             raise ValueError(f"a block from {input_channels} to {num_channels} channels needs "
                              "use_1x1conv=True to match the shortcut's channels")
-        self.conv1 = nn.Conv2d(input_channels, num_channels, kernel_size=3, padding=1, stride=strides)
+        self.conv1 = nn.Conv2d(input_channels, num_channels, kernel_size=3, padding=1,
+                               stride=strides)
         self.conv2 = nn.Conv2d(num_channels, num_channels, kernel_size=3, padding=1)
         self.conv3 = (nn.Conv2d(input_channels, num_channels, kernel_size=1, stride=strides)
                       if use_1x1conv else None)

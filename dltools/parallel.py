@@ -1,9 +1,9 @@
 """DataParallel's four steps over any list of devices: scatter, replicate, parallel_apply, gather.
 
 ``torch.nn.parallel``'s functions refuse CPU devices, and ``nn.DataParallel`` without CUDA simply
-calls the module. This module implements the same four steps with the same semantics, for any
-devices, including the same CPU device several times (each replica runs in its own thread), in the
-order ``nn.DataParallel.forward`` runs them:
+calls the module. This module implements the same four steps, for any devices, including the same
+CPU device several times (each replica runs in its own thread), in the order
+``nn.DataParallel.forward`` runs them:
 
 * ``scatter`` splits tensors along ``dim`` with ``torch.chunk`` (uneven last chunk; fewer chunks
   than devices when the batch is small) and recurses into tuples, lists and dicts; other values
@@ -11,17 +11,25 @@ order ``nn.DataParallel.forward`` runs them:
 * ``replicate`` copies the module onto the devices that got rows, as
   ``torch.nn.parallel.replicate`` does: shallow module copies
   (``nn.Module._replicate_for_data_parallel``: hooks and plain attributes are shared with the
-  original, attributes set in ``forward`` are lost) whose parameters are
-  differentiable copies, so ``backward()`` sums every replica's gradient into the original
-  parameters; replica 0 on the source device shares the original's memory (as PyTorch's broadcast
-  does);
+  original, attributes set in ``forward`` are lost) whose parameters come from *one* autograd
+  function over all parameters and devices, :class:`Broadcast` (PyTorch's is
+  ``torch.nn.parallel._functions.Broadcast``), so every replica's parameters have
+  ``grad_fn=BroadcastBackward`` and its backward sums all replicas' gradients at once, when the
+  last of them is ready, into the original parameters; replica 0 on the source device shares the
+  original's memory (as PyTorch's broadcast does);
 * ``parallel_apply`` runs replica ``i`` on input chunk ``i`` in thread ``i``;
 * ``gather`` concatenates the outputs on ``output_device`` (0-dim outputs are unsqueezed into a
   vector, with PyTorch's warning).
 
 A ``timeline`` list (given to :func:`parallel_apply`, :func:`data_parallel` or set as
-``DataParallel.timeline``) records when each step ran, per replica. The bytes a step moves are
-counted by :mod:`dltools.traffic`. ``split_batch`` is d2l's helper for data parallelism by hand.
+``DataParallel.timeline``) records when each step ran, per replica, including the gradient
+reduce in backward.
+
+Where it differs from PyTorch: copies are made with ``Tensor.to`` one tensor at a time (PyTorch
+uses ``comm.broadcast_coalesced`` / ``comm.reduce_add_coalesced``, NCCL on GPUs), and a replica on
+the source device other than the first gets its own copy (PyTorch has one replica per GPU).
+The bytes a step moves are counted by :mod:`dltools.traffic`. ``split_batch`` is d2l's helper for
+data parallelism by hand.
 
 On GPUs, prefer ``torch.nn.DataParallel`` itself; :func:`wrap_data_parallel` picks for you.
 """
@@ -37,9 +45,9 @@ from torch import nn
 
 from .traffic import tensor_bytes  # noqa: F401 - re-exported: notebooks use parallel.tensor_bytes
 
-__all__ = ["as_device", "chunk_sizes", "replicate", "scatter", "scatter_kwargs", "split_batch",
-           "parallel_apply", "gather", "data_parallel", "DataParallel", "wrap_data_parallel",
-           "replica_index", "tensor_bytes"]
+__all__ = ["as_device", "chunk_sizes", "Broadcast", "replicate", "scatter", "scatter_kwargs",
+           "split_batch", "parallel_apply", "gather", "data_parallel", "DataParallel",
+           "wrap_data_parallel", "replica_index", "tensor_bytes"]
 
 _local = threading.local()
 
@@ -182,7 +190,59 @@ def scatter_kwargs(inputs, kwargs, target_devices, dim=0):
 # ------------------------------------------------------------------ replicate
 
 
-def replicate(network, devices, detach=False):
+class Broadcast(torch.autograd.Function):
+    """Copy tensors to devices as one autograd node, as ``torch.nn.parallel._functions.Broadcast``.
+
+    ``Broadcast.apply(devices, timeline, *tensors)`` returns, device by device, one copy of every
+    tensor (``len(devices) * len(tensors)`` outputs). The first device, when it is the tensors'
+    own, gets the tensors themselves (same memory). All outputs share one ``grad_fn``
+    (``BroadcastBackward``), so autograd runs its backward once, after every replica's gradients
+    have been computed: it sums them on the source device, as PyTorch's ``ReduceAddCoalesced``
+    does, and records a ``'reduce gradients'`` event in ``timeline`` (a list) if one is given.
+
+    >>> w = torch.ones(2, requires_grad=True)
+    >>> a, b = Broadcast.apply(['cpu', 'cpu'], None, w)
+    >>> type(a.grad_fn).__name__, a.data_ptr() == w.data_ptr(), b.data_ptr() == w.data_ptr()
+    ('BroadcastBackward', True, False)
+    >>> (2 * a + 3 * b).sum().backward()
+    >>> w.grad.tolist()
+    [5.0, 5.0]
+    """
+
+    @staticmethod
+    def forward(ctx, devices, timeline, *tensors):
+        devices = [as_device(d) for d in devices]
+        source = tensors[0].device if tensors else torch.device("cpu")
+        ctx.source, ctx.num_inputs, ctx.timeline = source, len(tensors), timeline
+        outputs = []
+        for j, device in enumerate(devices):
+            if j == 0 and device == source:
+                outputs.extend(tensors)  # autograd turns these into views: same memory
+            else:
+                outputs.extend(t.to(device, copy=True) for t in tensors)
+        # As PyTorch's: copies of tensors that need no gradient need none either.
+        ctx.mark_non_differentiable(*[out for i, out in enumerate(outputs)
+                                      if not ctx.needs_input_grad[2 + i % len(tensors)]])
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        start = time.perf_counter()
+        n = ctx.num_inputs
+        grads = []
+        for i in range(n):
+            total = None
+            for g in grad_outputs[i::n]:  # the gradient of tensor i in every replica
+                g = g.to(ctx.source)
+                total = g.clone() if total is None else total.add_(g)
+            grads.append(total)
+        if ctx.timeline is not None:
+            ctx.timeline.append({"lane": "master", "what": "reduce gradients", "start": start,
+                                 "end": time.perf_counter()})
+        return (None, None, *grads)
+
+
+def replicate(network, devices, detach=False, *, timeline=None):
     """Copy ``network`` to every device as ``torch.nn.parallel.replicate`` does; one module each.
 
     Each replica module is made by ``nn.Module._replicate_for_data_parallel``, a *shallow* copy:
@@ -191,7 +251,9 @@ def replicate(network, devices, detach=False):
     that ``forward`` sets on a replica is lost with the replica. Then, per device:
 
     * parameters become differentiable copies (plain attributes, not ``Parameter``s; ``detach``
-      gives detached copies), so ``backward()`` sums every replica's gradient into the originals;
+      gives detached copies), all outputs of one :class:`Broadcast`, so ``backward()`` sums every
+      replica's gradient into the originals at once, after the last replica's gradients are
+      computed (``timeline``, a list, records that reduce);
     * buffers become copies on the device.
 
     Replica 0, when on the network's own device, shares the original's parameter and buffer memory
@@ -203,6 +265,8 @@ def replicate(network, devices, detach=False):
     (True, False, True)
     >>> r1._forward_hooks is net._forward_hooks      # shallow: hooks are shared
     True
+    >>> type(r0.weight.grad_fn).__name__, r0.weight.grad_fn is r1.weight.grad_fn   # one node
+    ('BroadcastBackward', True)
     >>> (r0(torch.ones(1, 3)) + r1(torch.ones(1, 3))).sum().backward()
     >>> net.weight.grad.tolist()    # both replicas' gradients, summed into the original
     [[2.0, 2.0, 2.0]]
@@ -212,17 +276,18 @@ def replicate(network, devices, detach=False):
     source = params[0].device if params else _module_device(network)
     modules = list(network.modules())
     position = {id(m): i for i, m in enumerate(modules)}
+    # One copy per original tensor (tied parameters stay tied), all from one autograd node.
+    if detach or not params:
+        with torch.no_grad():
+            flat = Broadcast.forward(_NoCtx(len(params)), devices, None,
+                                     *[p.detach() for p in params])
+        flat = [t.detach() for t in flat]
+    else:
+        flat = Broadcast.apply(devices, timeline, *params)
     replicas = []
     for j, device in enumerate(devices):
         share = j == 0 and device == source
-        # One copy per original tensor, so tied parameters stay tied in the replica.
-        param_copies = {}
-        for p in params:
-            if share:
-                param_copies[id(p)] = p.detach() if detach else p.view_as(p)
-            else:
-                t = p.detach() if detach else p
-                param_copies[id(p)] = t.to(device, copy=True)
+        param_copies = {id(p): flat[j * len(params) + i] for i, p in enumerate(params)}
         copies = [m._replicate_for_data_parallel() for m in modules]
         for m, rep in zip(modules, copies):
             rep._former_parameters = collections.OrderedDict()  # as torch's replicate (for DDP)
@@ -244,6 +309,16 @@ def replicate(network, devices, detach=False):
     return replicas
 
 
+class _NoCtx:
+    """Stands in for autograd's ``ctx`` when :class:`Broadcast` copies without a graph."""
+
+    def __init__(self, num_inputs):
+        self.needs_input_grad = (False, False) + (False,) * num_inputs
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+
 # ------------------------------------------------------------------ parallel_apply
 
 
@@ -260,6 +335,8 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=N
     order.
 
     An exception in any replica is raised in the caller with the replica's index and traceback.
+    Replicas on the CPU split torch's intra-op threads between them while they run (k replicas get
+    ``torch.get_num_threads() // k`` each, at least 1), so they do not oversubscribe the cores.
     With a list as ``timeline``, one event per replica is appended to it (in replica order):
     ``{'lane': 'replica i', 'what': 'forward', 'start': s, 'end': e}``, times from
     ``time.perf_counter()``.
@@ -293,9 +370,10 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=N
         start = time.perf_counter()
         try:
             enabled, dtype = _autocast_state(device)
-            with torch.set_grad_enabled(grad_enabled), \
-                    (torch.cuda.device(device) if device.type == "cuda" else _nullcontext()), \
-                    (torch.autocast(device.type, dtype=dtype) if enabled else _nullcontext()):
+            none = contextlib.nullcontext()
+            on_device = torch.cuda.device(device) if device.type == "cuda" else none
+            autocast = torch.autocast(device.type, dtype=dtype) if enabled else none
+            with torch.set_grad_enabled(grad_enabled), on_device, autocast:
                 if not isinstance(inp, (list, tuple)):
                     inp = (inp,)
                 results[i] = ("ok", module(*inp, **kwargs))
@@ -309,11 +387,22 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=N
     if len(modules) == 1:
         worker(*args[0])
     else:
-        threads = [threading.Thread(target=worker, args=a, name=f"replica-{a[0]}") for a in args]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        # Replicas on the CPU share its cores: each thread would otherwise start a full team of
+        # torch's intra-op threads, and k replicas would run k times as many threads as cores.
+        # A new thread takes torch's thread count when it first computes, so set it before.
+        threads_before = torch.get_num_threads()
+        cpu_replicas = sum(d.type == "cpu" for d in devices)
+        if cpu_replicas > 1:
+            torch.set_num_threads(max(1, threads_before // cpu_replicas))
+        try:
+            threads = [threading.Thread(target=worker, args=a, name=f"replica-{a[0]}")
+                       for a in args]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            torch.set_num_threads(threads_before)
     if timeline is not None:
         # Appended here, in replica order, rather than from the threads (whose order varies).
         timeline.extend({"lane": f"replica {i}", "what": "forward", "start": s, "end": e}
@@ -335,14 +424,6 @@ def _rebuildable(err):
         type(err)("probe")
         return True
     except Exception:
-        return False
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
         return False
 
 
@@ -429,8 +510,9 @@ def data_parallel(module, inputs, device_ids=None, output_device=None, dim=0, mo
     """Evaluate ``module(*inputs)`` data-parallel over ``device_ids``: the four steps in one call.
 
     As in PyTorch, ``module`` must be on ``device_ids[0]``. With a list as ``timeline``, the steps
-    are recorded in it: ``scatter``, ``replicate`` and ``gather`` on lane ``'master'``, and each
-    replica's ``forward`` (see :func:`parallel_apply`).
+    are recorded in it: ``scatter``, ``replicate`` and ``gather`` on lane ``'master'``, each
+    replica's ``forward`` (see :func:`parallel_apply`) and, during backward, the ``reduce
+    gradients`` of the :class:`Broadcast` node.
 
     >>> net = nn.Linear(4, 2)
     >>> X = torch.randn(6, 4)
@@ -459,7 +541,7 @@ def data_parallel(module, inputs, device_ids=None, output_device=None, dim=0, mo
             return module(*ins[0], **kws[0])
     used = devices[:len(ins)]
     with _span(timeline, "replicate"):
-        replicas = replicate(module, used, not torch.is_grad_enabled())
+        replicas = replicate(module, used, not torch.is_grad_enabled(), timeline=timeline)
     outputs = parallel_apply(replicas, ins, kws, used, timeline=timeline)
     with _span(timeline, "gather"):
         return gather(outputs, output_device, dim)

@@ -108,7 +108,8 @@ def plot(X, Y=None, xlabel=None, ylabel=None, legend=None, xlim=None, ylim=None,
 
 
 def show_images(imgs, num_rows, num_cols, titles=None, scale=1.5):
-    """Plot a grid of images (tensors of shape (H, W) or (1, H, W), or PIL images); returns the axes.
+    """Plot a grid of images (tensors of shape (H, W) or (1, H, W), or PIL images); returns the
+    axes.
 
     >>> axes = show_images(torch.zeros(6, 28, 28), 2, 3, titles=list('abcdef'))
     >>> len(axes), axes[5].get_title()
@@ -190,7 +191,8 @@ class Animator:
         self.show()
 
     def show(self):
-        """Draw the current figure in the notebook (updating the earlier drawing); no-op elsewhere."""
+        """Draw the current figure in the notebook (updating the earlier drawing); no-op
+        elsewhere."""
         if not in_notebook():
             return
         from IPython import display

@@ -14,7 +14,8 @@ def _synchronize():
 
 
 class Timer:
-    """Record running times (``time.perf_counter``), waiting for queued CUDA work before each reading.
+    """Record running times (``time.perf_counter``), waiting for queued CUDA work before each
+    reading.
 
     >>> timer = Timer()          # starts at once, as in d2l
     >>> t = timer.stop()
@@ -81,7 +82,8 @@ class Accumulator:
     def add(self, *args):
         """Add one value to each variable (exactly ``n`` values)."""
         if len(args) != len(self.data):
-            raise ValueError(f"Accumulator holds {len(self.data)} variables, add() got {len(args)} values")
+            raise ValueError(f"Accumulator holds {len(self.data)} variables, "
+                             f"add() got {len(args)} values")
         self.data = [a + float(b) for a, b in zip(self.data, args)]
 
     def reset(self):

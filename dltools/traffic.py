@@ -5,7 +5,10 @@ One place for the formulas, so every notebook and benchmark counts the same way.
 * :func:`collective_bytes` gives the bytes of one collective over ``world_size`` ranks, for the
   busiest rank, for the root and summed over all links (each byte counted once);
 * :func:`dp_step_bytes` gives ``nn.DataParallel``'s traffic in one training step, phase by phase,
-  for the master's link (device 0) and in total.
+  for the master's link (device 0) and in total;
+* :func:`pipelined_broadcast` and :func:`pipelined_reduce` run the chain algorithms message by
+  message on real tensors and count the bytes each link carries: an independent check of the
+  formulas (and of the values the algorithms deliver).
 
 The algorithms are the ones NCCL uses on GPUs: ring all-reduce, and broadcast/reduce pipelined
 along a chain of devices (each link carries the whole tensor once; the root sends or receives it
@@ -13,11 +16,13 @@ once). ``nn.DataParallel`` broadcasts parameters with ``comm.broadcast_coalesced
 gradients with ``comm.reduce_add_coalesced``, both NCCL-backed on GPUs, so its master link carries
 about one model per direction per step, while all links together carry ``k - 1`` models each way.
 """
+import collections
 import copy
 
 import torch
 
-__all__ = ["OPS", "collective_bytes", "dp_step_bytes", "tensor_bytes"]
+__all__ = ["OPS", "collective_bytes", "dp_step_bytes", "pipelined_broadcast", "pipelined_reduce",
+           "tensor_bytes"]
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "naive_all_reduce")
 
@@ -192,3 +197,71 @@ def _output_shapes(module, chunks):
         finally:
             for m, training in modes:
                 m.training = training
+
+
+def _pieces(t, num_pieces):
+    return list(t.reshape(-1).chunk(num_pieces))
+
+
+def pipelined_broadcast(tensors, num_devices, num_pieces=4):
+    """Broadcast ``tensors`` from device 0 along the chain 0 -> 1 -> ... -> k-1, message by message.
+
+    Each tensor is cut into ``num_pieces`` pieces; at every tick, each device passes on to the
+    next the piece it received at the previous tick (so the pieces flow down the chain as in a
+    pipeline). Returns ``(copies, link_bytes)``: ``copies[j]`` is the list of tensors device ``j``
+    ends up with, and ``link_bytes[(i, j)]`` the bytes of the messages sent from ``i`` to ``j``.
+
+    >>> copies, links = pipelined_broadcast([torch.arange(6.0)], 3)
+    >>> [c[0].tolist() == list(range(6)) for c in copies], dict(links)
+    ([True, True, True], {(0, 1): 24, (1, 2): 24})
+    """
+    if not isinstance(num_devices, int) or num_devices < 1:
+        raise ValueError(f"num_devices must be an int >= 1, got {num_devices!r}")
+    links = collections.Counter()
+    copies = [[] for _ in range(num_devices)]
+    for t in tensors:
+        pieces = _pieces(t, num_pieces)
+        have = [[None] * len(pieces) for _ in range(num_devices)]
+        have[0] = pieces
+        for tick in range(len(pieces) + num_devices - 2):
+            for i in range(num_devices - 1):
+                p = tick - i  # device i forwards the piece it got at the previous tick
+                if 0 <= p < len(pieces):
+                    message = have[i][p]
+                    have[i + 1][p] = message.clone()
+                    links[(i, i + 1)] += tensor_bytes(message)
+        for j in range(num_devices):
+            copies[j].append(torch.cat(have[j]).reshape(t.shape) if pieces else t.clone())
+    return copies, links
+
+
+def pipelined_reduce(per_device, num_pieces=4):
+    """Sum tensors held by ``k`` devices onto device 0 along the chain k-1 -> ... -> 1 -> 0.
+
+    ``per_device[j]`` is the list of tensors on device ``j`` (the same shapes on every device).
+    Device ``k-1`` sends its pieces down the chain; each device adds its own piece to the one it
+    receives and passes the partial sum on. Returns ``(sums, link_bytes)``: the summed tensors on
+    device 0 and the bytes sent over each link ``(i, j)``.
+
+    >>> sums, links = pipelined_reduce([[torch.ones(4)], [2 * torch.ones(4)], [3 * torch.ones(4)]])
+    >>> sums[0].tolist(), dict(links)
+    ([6.0, 6.0, 6.0, 6.0], {(2, 1): 16, (1, 0): 16})
+    """
+    k = len(per_device)
+    if k < 1:
+        raise ValueError("pipelined_reduce needs the tensors of at least one device")
+    links = collections.Counter()
+    sums = []
+    for i in range(len(per_device[0])):
+        partial = [_pieces(per_device[j][i].clone(), num_pieces) for j in range(k)]
+        num = len(partial[0])
+        for tick in range(num + k - 2):
+            for j in range(k - 1, 0, -1):
+                p = tick - (k - 1 - j)  # device j passes on the partial sum it completed
+                if 0 <= p < num:
+                    message = partial[j][p]
+                    partial[j - 1][p] = partial[j - 1][p] + message
+                    links[(j, j - 1)] += tensor_bytes(message)
+        shape = per_device[0][i].shape
+        sums.append(torch.cat(partial[0]).reshape(shape) if num else per_device[0][i].clone())
+    return sums, links

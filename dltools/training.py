@@ -96,22 +96,22 @@ def train_batch_ch13(net, X, y, loss, trainer, devices):
 
     >>> net = nn.Linear(3, 2)
     >>> X, y = torch.randn(4, 3), torch.tensor([0, 1, 1, 0])
-    >>> l, correct = train_batch_ch13(net, X, y, nn.CrossEntropyLoss(reduction='none'),
-    ...                               torch.optim.SGD(net.parameters(), lr=0.1), ['cpu'])
-    >>> l > 0, 0 <= correct <= 4
+    >>> loss_sum, correct = train_batch_ch13(net, X, y, nn.CrossEntropyLoss(reduction='none'),
+    ...                                      torch.optim.SGD(net.parameters(), lr=0.1), ['cpu'])
+    >>> loss_sum > 0, 0 <= correct <= 4
     (True, True)
     """
     X, y = _to(X, devices[0]), y.to(devices[0])
     net.train()
     trainer.zero_grad()
     pred = net(X)
-    l = loss(pred, y)
-    if l.dim() == 0:
-        l.backward()
-        loss_sum = l.detach() * y.numel()
+    losses = loss(pred, y)
+    if losses.dim() == 0:
+        losses.backward()
+        loss_sum = losses.detach() * y.numel()
     else:
-        l.sum().backward()
-        loss_sum = l.detach().sum()
+        losses.sum().backward()
+        loss_sum = losses.detach().sum()
     trainer.step()
     return float(loss_sum), accuracy(pred.detach(), y)
 
@@ -120,9 +120,9 @@ def train_ch13(net, train_iter, test_iter, loss, trainer, num_epochs, devices=No
                animate=True, progress_bar=True, verbose=True):
     """Train ``net`` on 1..N devices and return a dict of results (d2l's ``train_ch13``, fixed).
 
-    ``devices`` defaults to :func:`try_all_gpus` (``[cpu]`` without GPUs, where d2l's version fails).
-    Several GPUs use ``nn.DataParallel``; several CPU entries (``['cpu', 'cpu']``) use dltools'
-    thread replicas. The network is moved to ``devices[0]`` before it is wrapped.
+    ``devices`` defaults to :func:`try_all_gpus` (``[cpu]`` without GPUs, where d2l's version
+    fails). Several GPUs use ``nn.DataParallel``; several CPU entries (``['cpu', 'cpu']``) use
+    dltools' thread replicas. The network is moved to ``devices[0]`` before it is wrapped.
 
     Returns ``{'train_loss', 'train_acc', 'test_acc', 'examples_per_sec', 'sec_per_epoch',
     'history', 'net'}``; ``history`` has one row ``(epoch, train_loss, train_acc, test_acc)`` per
@@ -160,8 +160,8 @@ def train_ch13(net, train_iter, test_iter, loss, trainer, num_epochs, devices=No
             metric = Accumulator(4)  # loss sum, correct, examples, predictions
             timer.start()
             for i, (features, labels) in enumerate(train_iter):
-                l, acc = train_batch_ch13(net, features, labels, loss, trainer, devices)
-                metric.add(l, acc, labels.shape[0], labels.numel())
+                batch_loss, acc = train_batch_ch13(net, features, labels, loss, trainer, devices)
+                metric.add(batch_loss, acc, labels.shape[0], labels.numel())
                 bar.update(1)
                 bar.set_postfix(epoch=epoch + 1, loss=f"{metric[0] / metric[2]:.3f}")
                 if animator and ((i + 1) % max(num_batches // 5, 1) == 0 or i == num_batches - 1):

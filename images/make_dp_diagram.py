@@ -44,14 +44,15 @@ def _data_parallel(ax, num_devices=3, batch=12):
     w = 9.4 / num_devices - 0.4
     for i, x in enumerate(xs):
         copy_text = "replica 0 = main copy" if i == 0 else "full model copy"
-        _box(ax, x, 2.8, w, 2.0, f"device {i}\n{copy_text}\nrows {i * chunk}–{(i + 1) * chunk - 1}\n"
-             "③ forward", MAIN if i == 0 else REPLICA, fontsize=8.5)
+        rows = f"rows {i * chunk}–{(i + 1) * chunk - 1}"
+        _box(ax, x, 2.8, w, 2.0, f"device {i}\n{copy_text}\n{rows}\n③ forward",
+             MAIN if i == 0 else REPLICA, fontsize=8.5)
         _arrow(ax, (4.2 + 0.4 * i, 6.2), (x + w / 2 - 0.3, 4.8), color="tab:blue")
         _arrow(ax, (x + w / 2 + 0.3, 4.8), (4.8 + 0.4 * i, 6.2), color="tab:red", ls="--")
     ax.text(0.2, 5.55, "blue: parameters\nand input chunks\ngo out", fontsize=7.5, color="tab:blue",
             va="center")
-    ax.text(9.8, 5.55, "red: outputs come back;\nin backward, gradients\nare summed here", fontsize=7.5,
-            color="tab:red", va="center", ha="right")
+    ax.text(9.8, 5.55, "red: outputs come back;\nin backward, gradients\nare summed here",
+            fontsize=7.5, color="tab:red", va="center", ha="right")
     _box(ax, 0.3, 0.3, 9.4, 1.7, "on the main device: ④ gather outputs → loss on the whole batch\n"
          "⑤ backward: every replica's gradients are summed into the main copy\n"
          "⑥ optimizer step updates the main copy (replicated again next batch)", MAIN, fontsize=8.5)
@@ -75,7 +76,8 @@ def draw(out_dir=None):
     """Draw the figure and save it; returns the path of the PNG."""
     out_dir = Path(out_dir) if out_dir is not None else Path(__file__).resolve().parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.6), gridspec_kw={"width_ratios": [1.35, 1]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.6),
+                                      gridspec_kw={"width_ratios": [1.35, 1]})
     for ax in (left, right):
         ax.set_xlim(0, 10)
         ax.set_ylim(0, 10)

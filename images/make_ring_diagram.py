@@ -19,9 +19,13 @@ OUT = Path(__file__).resolve().parent / "ring_allreduce.png"
 
 
 def states(n):
-    """[(title, have, sending)]: have[rank][chunk] = set of ranks summed; sending[rank] = chunk sent next."""
+    """[(title, have, sending)] after each step.
+
+    have[rank][chunk] is the set of ranks summed into that chunk; sending[rank] the chunk sent next.
+    """
     have = [[{r} for _ in range(n)] for r in range(n)]
-    steps = [("reduce-scatter", s) for s in range(n - 1)] + [("all-gather", s) for s in range(n - 1)]
+    steps = ([("reduce-scatter", s) for s in range(n - 1)]
+             + [("all-gather", s) for s in range(n - 1)])
     frames = []
     for i, (phase, s) in enumerate(steps):
         send = [(r - s) % n if phase == "reduce-scatter" else (r + 1 - s) % n for r in range(n)]

@@ -4,12 +4,17 @@ Each check prints whether the answer is right, with a hint when it is not, and r
 ``None`` means "not answered yet". Expected values are worked out inside the functions (with
 ``torch.chunk``, ``nn.DataParallel`` and ``dltools``), so that Jupyter's help (Shift-Tab) does not
 show them. The coding exercises' checks run the learner's function and compare with dltools/torch.
+
+Device placement is checked on simulated GPUs: under PyTorch's ``FakeTensorMode`` tensors can be
+created on ``cuda:0``, ``cuda:1``, ... without any GPU (shapes and devices only, no values), and an
+operation that mixes two GPUs raises as it would on real ones. So a missing ``.to(device)``, which
+goes unnoticed when every device is the CPU, fails the check here too.
 """
-import math
 import traceback
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import dltools
 from dltools.exercises import int_list, report
@@ -26,11 +31,12 @@ def _chunk_verdict(answer, batch, num_devices):
         hint = ("give a list of whole numbers (ints), one per replica that gets rows, "
                 "e.g. [3, 3, 2].")
     elif values is not None and sum(values) != batch:
-        hint = f"the chunks must add up to the batch: {sum(values)} != {batch}."
+        hint = (f"your chunks add up to {sum(values)} rows, which is not the size of the batch "
+                "being split.")
     else:
-        hint = (f"torch.chunk gives every chunk ceil({batch}/{num_devices}) = "
-                f"{math.ceil(batch / num_devices)} rows, in order, and the last one what is left; "
-                "replicas without rows do not run.")
+        hint = ("torch.chunk gives every chunk ceil(batch / devices) rows, in order, and the last "
+                "one what is left; replicas without rows do not run. Work it out, then try "
+                "dltools.chunk_sizes.")
     return report(None if answer is None else values == expected,
                   f"dltools.chunk_sizes({batch}, {num_devices}) = {expected}.", hint, answer)
 
@@ -93,6 +99,11 @@ def _shapes(parts):
     return [tuple(p.shape) for p in parts]
 
 
+def _fake_gpus(k):
+    """``k`` GPU devices for FakeTensorMode (no GPU needed: no memory, no values)."""
+    return [torch.device("cuda", i) for i in range(k)]
+
+
 def check_split_batch(split_batch):
     """Exercise 5: ``split_batch(X, y, devices)``, compared with ``dltools.split_batch``."""
     if split_batch is None:
@@ -128,6 +139,21 @@ def check_split_batch(split_batch):
         placed = [t.device for t in got_X] == [t.device for t in got_y] == list(devs[:len(got_X)])
         if not placed:
             return report(False, "", f"{where} chunk i must be on devices[i]: use .to(device).",
+                          split_batch)
+    for rows, k in [(10, 3), (2, 3)]:  # placement, on simulated GPUs
+        gpus = _fake_gpus(k)
+        with FakeTensorMode():
+            X, y = torch.zeros(rows, 3, device=gpus[0]), torch.zeros(rows, device=gpus[0])
+            got, err = _call(split_batch, X, y, gpus)
+            if err is None:
+                got_X, got_y = (list(part) for part in got)
+                placed = [t.device for t in got_X] == [t.device for t in got_y] == gpus[:len(got_X)]
+        if err:
+            return report(False, "", f"on {k} (simulated) GPUs {err}", split_batch)
+        if not placed:
+            return report(False, "", f"on {k} (simulated) GPUs chunk i must be on devices[i]: "
+                          "move each chunk there with .to(device). (With only CPUs every device is "
+                          "the same, so the missing .to() does not show when you run it here.)",
                           split_batch)
     _, err = _call(split_batch, torch.zeros(4, 3), torch.zeros(5), devices[:2])
     if err is None:
@@ -172,7 +198,22 @@ def check_allreduce(allreduce):
                           "each device), or the replicas drift apart.", allreduce)
         if [t.device for t in data] != list(devs):
             return report(False, "", "each tensor must stay on its own device.", allreduce)
-    # 2. d2l's train_batch with it: equal to a full-batch step on one device
+    # 2. the same on simulated GPUs: adding tensors from two GPUs without .to() raises there
+    for k in (2, 3):
+        gpus = _fake_gpus(k)
+        with FakeTensorMode():
+            data = [torch.zeros(2, 3, device=d) for d in gpus]
+            objects = [id(t) for t in data]
+            _, err = _call(allreduce, data)
+            devices_after = [t.device for t in data]
+        if err:
+            return report(False, "", f"on {k} (simulated) GPUs {err}. On GPUs, tensors must be on "
+                          "the same device to be added: move one with .to(device) first.",
+                          allreduce)
+        if [id(t) for t in data] != objects or devices_after != gpus:
+            return report(False, "", f"on {k} (simulated) GPUs each tensor must stay, updated in "
+                          "place, on its own device.", allreduce)
+    # 3. d2l's train_batch with it: equal to a full-batch step on one device
     torch.manual_seed(0)
     X, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
     W, b = torch.randn(4, 3) * 0.1, torch.zeros(3)

@@ -31,8 +31,8 @@ def check_scalar_loss_shape(answer):
         hint = ("give a shape: a tuple of whole numbers such as (5,) (a bare number is not a "
                 "shape, and a shape has no fractions).")
     elif got == (num_devices,):
-        hint = (f"one loss per replica that ran; torch.chunk makes chunks of "
-                f"ceil({batch}/{num_devices}) rows, so not every device gets rows.")
+        hint = ("one loss per replica that ran; torch.chunk makes chunks of "
+                "ceil(batch / devices) rows, so not every device need get rows.")
     elif got == ():
         hint = "gather cannot concatenate 0-dim tensors: it makes each one a vector of length 1."
     else:
@@ -87,8 +87,10 @@ def check_broadcast_bytes(answer):
     elif values is not None and values[1] == num_devices * model:
         hint = "the master already holds the parameters: count the copies the other devices need."
     else:
-        hint = ("the master sends the model once; each of the other devices must receive one "
-                "copy: what crosses all links together?")
+        hint = ("in a pipelined broadcast each device passes on what it receives: count what "
+                "leaves the master, then what crosses each link between neighbouring devices "
+                "(dltools.traffic.collective_bytes('broadcast', num_bytes, world_size) gives "
+                "both).")
     return report(None if answer is None else values == expected,
                   f"pipelined broadcast: the master sends {model:,} bytes (one model), and the "
                   f"{num_devices - 1} other devices each receive a copy: {b['total']:,} bytes over "

@@ -1,15 +1,55 @@
-"""What every training script in scripts/ shares: the data, the model, the report.
+"""What the training scripts in scripts/ share: the process group, the data, the models, the report.
 
-Kept apart so that train_single.py and train_ddp.py differ only in what DDP changes.
+Kept apart so that each DDP script differs from its single-device twin only in what DDP changes:
+train_single.py -> train_ddp.py (a small CNN) and train_resnet_single.py -> train_resnet_ddp.py
+(notebook 04's ResNet-18).
 """
 import hashlib
 import json
+import os
+import sys
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.utils.data import TensorDataset
 
 import dltools
+from dltools.distributed import setup_process_group
+
+
+def setup_ddp():
+    """Join the process group torchrun describes in the environment; return this process's device.
+
+    The rule, the same for every script and worker (``dltools.distributed.setup_process_group``):
+    ``cuda:LOCAL_RANK`` when there is a GPU for each local process (made the current CUDA device,
+    which NCCL's ``barrier`` and object collectives use), else the CPU; the group has gloo for CPU
+    tensors and NCCL for CUDA tensors. Every tensor a script puts into a collective is on this
+    device.
+    """
+    if "RANK" not in os.environ or "LOCAL_RANK" not in os.environ:
+        script = os.path.basename(sys.argv[0]) or "this script"
+        raise SystemExit(f"{script} runs one process per device: launch it with torchrun, e.g.\n"
+                         f"  python -m torch.distributed.run --standalone --nproc_per_node=2 "
+                         f"scripts/{script}")
+    return setup_process_group()
+
+
+def teardown_ddp():
+    """Leave together: tearing gloo down while a peer still talks to it can abort that peer."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def per_rank_batch_size(global_batch, world_size):
+    """Split the global batch evenly; refuse a split that would change the optimisation."""
+    if global_batch % world_size:
+        raise SystemExit(f"--batch-size {global_batch} must be divisible by the {world_size} "
+                         f"processes: use a multiple of {world_size}")
+    return global_batch // world_size
+
+
+# ------------------------------------------------------------ small CNN (train_single, train_ddp)
 
 
 def load_train_set(num_train):
@@ -29,6 +69,56 @@ def build_model(width=8):
         nn.Flatten(), nn.Linear(2 * width * 5 * 5, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
+# ------------------------------------------------------------------ ResNet-18 (notebook 04)
+
+
+def load_split(train, num, root=None):
+    """Fashion-MNIST's training or test set (its first ``num`` images; all if None) as uint8 images
+    and labels: kept as bytes until :func:`to_input`, which converts on the device."""
+    images, labels = dltools.data.load_fashion_mnist(train=train, root=root)
+    if num is not None:
+        if not 1 <= num <= len(labels):
+            raise ValueError(f"--num-{'train' if train else 'test'} must be in "
+                             f"1..{len(labels)}, got {num}")
+        images, labels = images[:num], labels[:num]
+    return TensorDataset(images, labels)
+
+
+def to_input(images, device):
+    """uint8 (B, 28, 28) -> float (B, 1, 28, 28) in [0, 1], as dltools.load_data_fashion_mnist."""
+    return images.to(device).unsqueeze(1).float().div_(255)
+
+
+def build_resnet(width, seed):
+    """The course's ResNet-18 for Fashion-MNIST, initialised as notebook 04 does."""
+    dltools.seed_everything(seed)
+    net = dltools.resnet18(10, width=width)
+    net.apply(dltools.init_weights_normal)
+    return net
+
+
+def count_correct(net, images, labels, batch_size, device):
+    """``tensor([correct, seen])`` of ``net`` (in eval mode) on the given images, on ``device``."""
+    net.eval()
+    counts = torch.zeros(2, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        for i in range(0, len(labels), batch_size):
+            y = labels[i:i + batch_size].to(device)
+            y_hat = net(to_input(images[i:i + batch_size], device))
+            counts[0] += (y_hat.argmax(dim=1) == y).sum()
+            counts[1] += len(y)
+    return counts
+
+
+def synchronize(device):
+    """Wait for the device's queued work (a GPU runs asynchronously), so times are real."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ------------------------------------------------------------------ reports
+
+
 def fingerprint(model):
     """A short hash of the parameters' exact bytes: equal fingerprints = identical replicas."""
     h = hashlib.sha256()
@@ -37,7 +127,28 @@ def fingerprint(model):
     return h.hexdigest()[:16]
 
 
+def summary(args, trainer, history, seconds, device):
+    """The report keys both ResNet scripts share: the setting, the history, the speed."""
+    return dict(device_type=device.type, global_batch_size=args.batch_size,
+                per_rank_batch_size=trainer.batch_size, lr=args.lr, epochs=args.epochs,
+                width=args.width, num_train=len(trainer.train_set),
+                num_test=len(trainer.test_set), steps_per_epoch=len(trainer.loader),
+                history=history, test_acc=history[-1][3],
+                sec_per_epoch=sum(seconds) / len(seconds),
+                examples_per_sec=args.epochs * len(trainer.train_set) / sum(seconds))
+
+
+def shard_report(shards, orders, num_train):
+    """What DistributedSampler did: each rank's share of epoch 0, whether the shards cover the
+    training set exactly once, and whether ``set_epoch`` changed the order (None after 1 epoch)."""
+    seen = sorted(i for shard in shards for i in shard)
+    return dict(shard_sizes=[len(shard) for shard in shards],
+                shards_cover_train_set_once=seen == list(range(num_train)),
+                set_epoch_reshuffles=orders[0] != orders[1] if len(orders) > 1 else None)
+
+
 def write_report(path, **results):
+    """Write ``results`` as JSON to ``path`` (``--report``); nothing when no path was given."""
     if path:
         with open(path, "w") as f:
             json.dump(results, f, indent=1)

@@ -3,7 +3,6 @@
     torchrun --standalone --nproc_per_node=2 scripts/train_ddp.py --epochs 2 --batch-size 96
 """
 import argparse
-import os
 import time
 
 import torch
@@ -13,8 +12,15 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-import dltools
-from common import build_model, fingerprint, load_train_set, write_report
+from common import (
+    build_model,
+    fingerprint,
+    load_train_set,
+    per_rank_batch_size,
+    setup_ddp,
+    teardown_ddp,
+    write_report,
+)
 
 
 class Trainer:
@@ -22,11 +28,12 @@ class Trainer:
         self.device = device
         self.rank = dist.get_rank()
         # DDP broadcasts rank 0's parameters and averages gradients across ranks during backward().
-        self.model = DDP(model.to(device), device_ids=[device.index] if device.type == "cuda" else None)
+        device_ids = [device.index] if device.type == "cuda" else None
+        self.model = DDP(model.to(device), device_ids=device_ids)
         # Every rank shuffles with seed + epoch, then keeps every world_size-th example.
         self.sampler = DistributedSampler(dataset, shuffle=True, seed=seed)
-        self.loader = DataLoader(dataset, batch_size=batch_size // dist.get_world_size(),
-                                 sampler=self.sampler)
+        per_rank = per_rank_batch_size(batch_size, dist.get_world_size())  # global batch / N
+        self.loader = DataLoader(dataset, batch_size=per_rank, sampler=self.sampler)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
         self.loss = nn.CrossEntropyLoss()
 
@@ -39,10 +46,10 @@ class Trainer:
 
     def _run_epoch(self, epoch):
         self.sampler.set_epoch(epoch)  # without it, every epoch repeats the same order
-        total = torch.zeros(2)  # sum of batch losses, number of batches
+        total = torch.zeros(2, device=self.device)  # sum of batch losses, number of batches
         for X, y in self.loader:
             loss = self._run_batch(X.to(self.device), y.to(self.device))
-            total += torch.stack([loss.cpu(), torch.tensor(1.0)])
+            total += torch.stack([loss, torch.ones_like(loss)])
         dist.all_reduce(total)  # each rank saw only its shard: the mean is over all of them
         return (total[0] / total[1]).item()
 
@@ -63,13 +70,9 @@ class Trainer:
 
 
 def main(args):
-    # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; LOCAL_RANK is this node's process index.
-    dist.init_process_group(backend=dltools.distributed_backend())
-    local_rank = int(os.environ["LOCAL_RANK"])
+    # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and LOCAL_RANK (index on this node).
+    device = setup_ddp()
     world_size = dist.get_world_size()
-    if args.batch_size % world_size:
-        raise SystemExit(f"--batch-size {args.batch_size} must be divisible by the {world_size} processes")
-    device = dltools.try_gpu(local_rank)
     torch.manual_seed(args.seed)
     model = build_model(args.width)
     dataset = load_train_set(args.num_train)
@@ -82,8 +85,7 @@ def main(args):
         write_report(args.report, world_size=world_size, losses=losses, fingerprints=fingerprints,
                      seconds=seconds, sec_per_step=seconds / steps,
                      examples_per_sec=args.epochs * len(dataset) / seconds)
-    dist.barrier()  # leave together: a rank that tears gloo down while a peer still talks to it can abort
-    dist.destroy_process_group()
+    teardown_ddp()
 
 
 def parse_args(argv=None):

@@ -34,10 +34,10 @@ class Trainer:
 
     def _run_epoch(self, epoch):
         self.generator.manual_seed(self.seed + epoch)
-        total = torch.zeros(2)  # sum of batch losses, number of batches
+        total = torch.zeros(2, device=self.device)  # sum of batch losses, number of batches
         for X, y in self.loader:
             loss = self._run_batch(X.to(self.device), y.to(self.device))
-            total += torch.stack([loss.cpu(), torch.tensor(1.0)])
+            total += torch.stack([loss, torch.ones_like(loss)])
         return (total[0] / total[1]).item()
 
     def _save_checkpoint(self, path):

@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 
+# benchmarks/ is on pytest's pythonpath (pyproject.toml), as it is on a benchmark script's sys.path.
+import _common
+import bench_allreduce
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-import _common  # noqa: E402
-import bench_allreduce  # noqa: E402
 
 
 def run_script(name, tmp_path, *extra):
-    proc = subprocess.run([sys.executable, str(BENCH / name), "--smoke", "--plot-dir", str(tmp_path),
-                           *extra], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, str(BENCH / name), "--smoke",
+                           "--plot-dir", str(tmp_path), *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -95,7 +96,8 @@ def test_bench_training_overhead(tmp_path):
 def test_bench_dp_ddp(tmp_path):
     out = run_script("bench_dp_ddp.py", tmp_path)
     (headers, rows), = tables(out)
-    assert headers[:5] == ["model", "params", "steps", "1 process img/s", "1 process, 1 thread img/s"]
+    assert headers[:5] == ["model", "params", "steps", "1 process img/s",
+                           "1 process, 1 thread img/s"]
     assert headers[5].startswith("DP (") and headers[6].startswith("DDP (")
     assert headers[7:] == ["DP / 1 process", "DDP / 1 process", "DDP / DP"]
     assert [r[0].split()[0] for r in rows] == ["MLP", "ResNet-18"]
@@ -122,7 +124,8 @@ def test_bench_course_runtime(tmp_path):
     # --smoke times a generated one-cell notebook, never the course itself.
     out = run_script("bench_course_runtime.py", tmp_path)
     (headers, rows), = tables(out)
-    assert headers == ["notebook", "code cells", "nbval result", "wall s", "budget s", "wall / budget"]
+    assert headers == ["notebook", "code cells", "nbval result", "wall s", "budget s",
+                       "wall / budget"]
     assert [r[0] for r in rows] == ["smoke_trivial.ipynb", "whole course (1 notebooks, one run)"]
     for r in rows:
         assert r[1] == "1" and r[2] == "1 passed"

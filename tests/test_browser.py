@@ -1,15 +1,20 @@
-"""The course in a real JupyterLab: each notebook in notebooks/ is opened in headless Chromium, run with
-Run → Run All Cells, and checked the way a learner would look at it (no errors, plots drawn, progress
-bars and tables shown, the last cell answered). A full-notebook screenshot of each is saved and its
-path printed (in $DP_COURSE_SCREENSHOTS if set, else a new dp-course-screenshots-* temporary folder).
+"""The course in a real JupyterLab: each notebook in notebooks/ is opened in headless Chromium, run
+with Run → Run All Cells, and checked the way a learner would look at it (no errors, plots drawn,
+progress bars and tables shown, the last cell answered). A full-notebook screenshot of each is saved
+and its path printed (in $DP_COURSE_SCREENSHOTS if set, else a new dp-course-screenshots-* folder).
 
-    .venv/bin/python -m pytest tests/test_browser.py        # alone (every notebook runs once, as under nbval)
-    .venv/bin/python -m pytest -m "not browser"              # everything else
+    python3 course.py test tests/test_browser.py                      # alone
+    python3 course.py test tests/test_browser.py -k 00_getting        # one notebook
+    python3 course.py test -m "not browser"                           # everything else
 
-JupyterLab starts with the command line and settings of ``python3 course.py lab``; its home, runtime,
-config and data folders (and Chromium's) live in a temporary folder removed afterwards, and the notebooks
-(with ../scripts, ../images, ...) are copied into pytest's temporary folder, so autosave never touches
-the repo. Needs Debian's ``chromium`` package; if Chromium cannot start, the test fails and says why.
+JupyterLab starts with the command line and settings of ``python3 course.py lab``; its home,
+runtime, config and data folders (and Chromium's) live in a temporary folder removed afterwards, and
+the notebooks (with their checks_NN.py, ../scripts, ../images, ...) are copied into pytest's
+temporary folder, so autosave never touches the repo. The learner's data root is used unchanged.
+
+The browser: ``DP_COURSE_CHROMIUM`` if set, else Playwright's own Chromium, else a system Chromium
+or Chrome. Without one this module is skipped with a one-line hint, except under ``CI=true``, where
+a missing browser fails its tests (tests/test_browser_harness.py checks both, without a browser).
 """
 import contextlib
 import json
@@ -21,12 +26,29 @@ from pathlib import Path
 
 import pytest
 
-from browser_lab import (ROOT, Chromium, LabServer, cleared_copy, copy_course_tree, problems,
-                         process_name, relative_references, run_in_lab, survivors)
+from support import ROOT, under_ci
+from support.browser_lab import (
+    BROWSER_HINT,
+    Chromium,
+    LabServer,
+    cleared_copy,
+    copy_course_tree,
+    find_browser,
+    problems,
+    process_name,
+    relative_references,
+    run_in_lab,
+    survivors,
+)
 
 pytestmark = pytest.mark.browser
 
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+BROWSER = find_browser()
+NO_BROWSER = f"no Chromium or Chrome found for the browser tests: {BROWSER_HINT}"
+if BROWSER is None and not under_ci():
+    # Skipped as a module: one line in the summary, not one per test.
+    pytest.skip(NO_BROWSER, allow_module_level=True)
 
 
 def describe(procs):
@@ -34,9 +56,17 @@ def describe(procs):
 
 
 @pytest.fixture(scope="module")
+def browser_path():
+    """The browser to drive; under CI=true a missing one fails every browser test."""
+    if BROWSER is None:
+        pytest.fail(f"{NO_BROWSER} (CI=true: the browser tests must run)", pytrace=False)
+    return BROWSER
+
+
+@pytest.fixture(scope="module")
 def screenshot_dir():
-    """Kept after the run (pytest's own temporary folders are pruned by later runs): $DP_COURSE_SCREENSHOTS
-    if set, else a new folder in the system's temporary folder."""
+    """Kept after the run (pytest's own temporary folders are pruned by later runs):
+    $DP_COURSE_SCREENSHOTS if set, else a new folder in the system's temporary folder."""
     if os.environ.get("DP_COURSE_SCREENSHOTS"):
         path = Path(os.environ["DP_COURSE_SCREENSHOTS"])
         path.mkdir(parents=True, exist_ok=True)
@@ -45,13 +75,13 @@ def screenshot_dir():
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, browser_path):
     """One JupyterLab server and one Chromium for all notebooks; both are stopped, and checked to
     have left no process behind, even when a test fails."""
     tmp = tmp_path_factory.mktemp("browser")
     notebook_dir = copy_course_tree(tmp / "course")
     server = LabServer(tmp, notebook_dir)
-    browser = Chromium(tmp, server.env)
+    browser = Chromium(tmp, server.env, browser_path)
     leftovers = []
     try:
         server.start()
@@ -61,7 +91,8 @@ def lab(tmp_path_factory):
         leftovers += browser.stop()
         server.remember_processes()
         leftovers += server.stop()
-    assert not leftovers, f"left running after the browser test (killed now): {describe(leftovers)}"
+    assert not leftovers, (
+        f"left running after the browser test (killed now): {describe(leftovers)}")
 
 
 def test_lab_uses_course_settings_and_kernel(lab):
@@ -73,7 +104,8 @@ def test_lab_uses_course_settings_and_kernel(lab):
         assert settings["schema"]["properties"][key]["default"] == value, key
     specs = server.api("GET", "/api/kernelspecs")["kernelspecs"]
     argv0 = specs["python3"]["spec"]["argv"][0]
-    assert argv0 == str(server.course.PY), f"the python3 kernel runs {argv0}, not the course's .venv"
+    assert argv0 == str(server.course.PY), (
+        f"the python3 kernel runs {argv0}, not the course's .venv")
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -88,7 +120,8 @@ def test_notebook_runs_in_lab(lab, screenshot_dir, name, capsys):
 
     screenshot = screenshot_dir / name.replace(".ipynb", ".png")
     try:
-        cells, saved, seconds = run_in_lab(context, server, name, re.sub(r"\W", "-", name), screenshot)
+        cells, saved, seconds = run_in_lab(context, server, name, re.sub(r"\W", "-", name),
+                                           screenshot)
     except Exception as e:
         raise AssertionError(f"{name}: {e}\n(screenshot: {screenshot})") from e
     finally:
@@ -101,12 +134,12 @@ def test_notebook_runs_in_lab(lab, screenshot_dir, name, capsys):
     assert not found, "\n".join(found) + f"\n(screenshot: {screenshot})"
 
 
-def test_no_process_left_after_a_failure(tmp_path):
+def test_no_process_left_after_a_failure(tmp_path, browser_path):
     """If a test fails while JupyterLab, a kernel and Chromium run, stopping them still ends every
     process they started."""
     notebook_dir = copy_course_tree(tmp_path / "course")
     server = LabServer(tmp_path, notebook_dir)
-    browser = Chromium(tmp_path, server.env)
+    browser = Chromium(tmp_path, server.env, browser_path)
 
     def fail_while_running():
         with server:
@@ -129,3 +162,4 @@ def test_no_process_left_after_a_failure(tmp_path):
     assert any("ipykernel" in n for n in names), f"no kernel process was tracked: {names}"
     alive = survivors(server.procs_seen + browser.procs_seen)
     assert not alive, f"still running after the failure: {describe(alive)}"
+

@@ -57,6 +57,15 @@ def test_typical_wrong_answers_fail(capsys, check, wrong):
     assert ok is False and out.startswith("Not yet:")
 
 
+def test_hints_do_not_give_the_answer_away(capsys):
+    for answer in ([12, 12, 13, 13], [13, 13, 13, 13], [10, 10, 10, 20]):
+        _, out = verdict(capsys, checks.check_dp_chunk_sizes, answer)
+        assert "13" not in out.replace(str(answer), "") and "11" not in out, out
+    for answer in ([2, 1, 1], [1, 1, 1], [11, 11, 10]):
+        _, out = verdict(capsys, checks.check_dp_last_batch, answer)
+        assert "2, 2" not in out and " 4 " not in out and "= 2" not in out, out
+
+
 @pytest.mark.parametrize("check", [checks.check_dp_chunk_sizes, checks.check_dp_last_batch,
                                    checks.check_dp_wrapped_key, checks.check_dp_visible_gpus,
                                    checks.check_split_batch, checks.check_allreduce])
@@ -85,6 +94,12 @@ def split_even(X, y, devices):  # batch // k rows each: drops or misplaces the r
 
 
 def split_no_check(X, y, devices):
+    return ([x.to(d) for x, d in zip(X.chunk(len(devices)), devices)],
+            [t.to(d) for t, d in zip(y.chunk(len(devices)), devices)])
+
+
+def split_no_to(X, y, devices):  # right on CPUs only: every chunk stays on X's device
+    assert X.shape[0] == y.shape[0]
     return list(X.chunk(len(devices))), list(y.chunk(len(devices)))
 
 
@@ -111,6 +126,7 @@ def test_split_batch_right(capsys):
     (split_even, "shapes"), (split_no_check, "different row counts"),
     (split_shuffled, "rows are not the right ones"), (split_only_X, "two sequences"),
     (split_crashes, "raised ValueError"), ("split_batch", "function itself"),
+    (split_no_to, "must be on devices[i]"),
 ])
 def test_split_batch_wrong(capsys, wrong, words):
     ok, out = verdict(capsys, checks.check_split_batch, wrong)
@@ -148,6 +164,13 @@ def allreduce_nothing(data):
     pass
 
 
+def allreduce_no_to(data):  # right on CPUs only: on GPUs, adding across devices raises
+    for i in range(1, len(data)):
+        data[0][:] += data[i]
+    for i in range(1, len(data)):
+        data[i][:] = data[0]
+
+
 def test_allreduce_right(capsys):
     ok, out = verdict(capsys, checks.check_allreduce, allreduce_right)
     assert ok is True and out.startswith("Correct:")
@@ -157,6 +180,7 @@ def test_allreduce_right(capsys):
     (allreduce_mean, "the mean"), (allreduce_master_only, "every tensor"),
     (allreduce_rebinds, "in place"), (allreduce_nothing, "should hold their sum"),
     (split_crashes, "raised"), (3, "function itself"),
+    (allreduce_no_to, "same device"),
 ])
 def test_allreduce_wrong(capsys, wrong, words):
     ok, out = verdict(capsys, checks.check_allreduce, wrong)

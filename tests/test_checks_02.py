@@ -55,6 +55,14 @@ def test_typical_wrong_answers_fail(capsys, check, wrong):
     assert ok is False and out.startswith("Not yet:")
 
 
+def test_hints_do_not_give_the_answer_away(capsys):
+    for answer in ((1_000_000, 3_000_000), (4_000_000, 4_000_000), (3, 3)):
+        _, out = verdict(capsys, checks.check_broadcast_bytes, answer)
+        assert "4,000,000" not in out and "12,000,000" not in out and "once" not in out, out
+    _, out = verdict(capsys, checks.check_scalar_loss_shape, (4,))
+    assert "(3,)" not in out and "= 2" not in out, out
+
+
 @pytest.mark.parametrize("check", [checks.check_scalar_loss_shape,
                                    checks.check_replica_loss_weights, checks.check_broadcast_bytes,
                                    checks.check_sync_batchnorm, checks.check_loss_in_forward])

@@ -1,6 +1,6 @@
-"""dltools must agree with d2l (1.0.3, installed without its pinned dependencies) where d2l works."""
+"""dltools must agree with d2l (1.0.3, installed without its pinned dependencies) where d2l
+works."""
 import inspect
-import os
 
 import pytest
 import torch
@@ -11,19 +11,24 @@ import dltools
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
 d2l = pytest.importorskip("d2l.torch", reason="d2l is installed by `python3 course.py test`")
-ROOT = dltools.data_root().parent
 
 
 @pytest.fixture
-def in_notebooks(monkeypatch):
-    # d2l reads "../data" relative to the working directory: from notebooks/ that is <repo>/data,
-    # the default dltools uses too.
-    monkeypatch.chdir(ROOT / "notebooks")
-    assert (ROOT / "data" / "FashionMNIST" / "raw").exists(), "copy the archives first (README)"
+def d2l_sees_our_data(tmp_path, monkeypatch):
+    """d2l reads Fashion-MNIST from "../data" relative to the working directory; dltools from
+    ``data_root()`` (``DLTOOLS_DATA``, else the repository's data/). Point d2l's "../data" at the
+    same folder, whatever the tester's working directory and environment."""
+    root = dltools.data_root()
+    if not (root / "FashionMNIST" / "raw").is_dir():
+        pytest.fail(f"no Fashion-MNIST archives in {root / 'FashionMNIST' / 'raw'}: copy them "
+                    "there or set DLTOOLS_DATA (README, 'The data set offline')")
+    (tmp_path / "data").symlink_to(root.resolve(), target_is_directory=True)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
 
 
 @pytest.mark.parametrize("resize", [None, 64])
-def test_fashion_mnist_batches_equal_d2l(in_notebooks, resize):
+def test_fashion_mnist_batches_equal_d2l(d2l_sees_our_data, resize):
     _, d2l_test = d2l.load_data_fashion_mnist(256, resize=resize)
     d2l_train, _ = d2l.load_data_fashion_mnist(256, resize=resize)
     _, our_test = dltools.load_data_fashion_mnist(256, resize=resize)
@@ -72,7 +77,8 @@ def test_evaluate_accuracy_matches_d2l():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
     data = [(torch.randn(8, 1, 2, 2), torch.randint(0, 3, (8,))) for _ in range(4)]
-    assert dltools.evaluate_accuracy_gpu(net, data) == pytest.approx(d2l.evaluate_accuracy_gpu(net, data))
+    expected = d2l.evaluate_accuracy_gpu(net, data)
+    assert dltools.evaluate_accuracy_gpu(net, data) == pytest.approx(expected)
 
 
 def test_fashion_mnist_labels_match_d2l():

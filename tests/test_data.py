@@ -1,5 +1,4 @@
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -107,7 +106,8 @@ def test_corrupt_archive_is_named_and_nothing_is_extracted(archive_root, offline
     bad = raw / "train-labels-idx1-ubyte.gz"
     bad.write_bytes(bad.read_bytes()[:1000])
     before = sorted(p.name for p in raw.iterdir())
-    with pytest.raises(dltools.DatasetUnavailableError, match="train-labels-idx1-ubyte.gz is corrupt"):
+    with pytest.raises(dltools.DatasetUnavailableError,
+                       match="train-labels-idx1-ubyte.gz is corrupt"):
         dltools.load_data_fashion_mnist(256, root=archive_root)
     assert sorted(p.name for p in raw.iterdir()) == before, "nothing half-written may be left"
     assert bad.exists(), "the user's file is reported, not deleted"

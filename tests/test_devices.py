@@ -52,10 +52,15 @@ def test_device_report_is_consistent():
 
 def test_device_report_honours_cuda_visible_devices():
     # A fresh process: CUDA reads the variable once, when it initialises.
-    code = "import dltools; r = dltools.device_report(); print(repr(r['cuda_visible_devices']), r['num_gpus'])"
-    out = subprocess.run([sys.executable, "-c", code], env={"CUDA_VISIBLE_DEVICES": "", "PATH": ""},
-                         capture_output=True, text=True, check=True).stdout.split()
+    code = ("import dltools; r = dltools.device_report(); "
+            "print(repr(r['cuda_visible_devices']), r['num_gpus'])")
+
+    def report(visible):
+        env = {"CUDA_VISIBLE_DEVICES": visible, "PATH": ""}
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, check=True).stdout.split()
+
+    out = report("")
     assert out == ["''", "0"], "hiding every GPU must leave none visible"
-    out = subprocess.run([sys.executable, "-c", code], env={"CUDA_VISIBLE_DEVICES": "3,5", "PATH": ""},
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = report("3,5")
     assert out[0] == "'3,5'" and int(out[1]) <= 2

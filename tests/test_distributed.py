@@ -1,57 +1,24 @@
-"""Tests of dltools.distributed: the launcher, its failure paths, and the from-scratch all-reduce.
+"""Tests of dltools.distributed and dltools.launch: the device rule, the launcher, its failure
+paths, and the from-scratch all-reduce.
 
 Each launch starts real processes (a few seconds each), so the checks are grouped into few launches.
 """
+import datetime
 import os
 import socket
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
 from dltools import distributed as dd
+from dltools import launch as launch_module
+from support.processes import assert_no_process_left, descendants
 
 CHECK_SIZES = [1, 2, 3, 4, 5, 7, 64, 1000, 1001, (3, 5), (2, 3, 7)]
-
-
-def descendants(pid=None):
-    """Pids of all processes below ``pid`` (default: this one), read from /proc."""
-    pid = os.getpid() if pid is None else pid
-    children = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if fields[0] != "Z":  # a zombie has exited already
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return [p for p in found if not _is_resource_tracker(p)]
-
-
-def _is_resource_tracker(pid):
-    # Python's multiprocessing starts one helper per parent process, which exits with the parent.
-    try:
-        return b"multiprocessing.resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def assert_no_process_left(wait=10):
-    end = time.monotonic() + wait  # a process that was just killed may take a moment to go
-    while descendants() and time.monotonic() < end:
-        time.sleep(0.1)
-    assert descendants() == [], f"processes left running: {descendants()}"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -74,21 +41,110 @@ def subgroup_ring(sizes):
     return ok
 
 
+def torch_threads():
+    """Worker: how many threads torch uses in this worker."""
+    return torch.get_num_threads()
+
+
+def visible_gpus():
+    """Worker: what CUDA_VISIBLE_DEVICES this worker was given."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+# ------------------------------------------------------------------ the device rule
+
+
+def fake_gpus(monkeypatch, count):
+    """Pretend the machine has ``count`` GPUs; return the list that ``set_device`` appends to."""
+    current = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    return current
+
+
+def local(monkeypatch, rank, size):
+    monkeypatch.setenv("LOCAL_RANK", str(rank))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(size))
+
+
+@pytest.mark.parametrize("gpus, local_rank, local_world_size, expected", [
+    (4, 2, 4, torch.device("cuda", 2)),     # a GPU per local process: its own
+    (8, 1, 2, torch.device("cuda", 1)),     # more GPUs than processes: still cuda:LOCAL_RANK
+    (1, 0, 2, torch.device("cpu")),         # 1 GPU, 2 processes: all on the CPU, rank 0 too
+    (3, 2, 4, torch.device("cpu")),
+    (0, 0, 1, torch.device("cpu")),
+])
+def test_rank_device_follows_the_rule(monkeypatch, gpus, local_rank, local_world_size, expected):
+    current = fake_gpus(monkeypatch, gpus)
+    local(monkeypatch, local_rank, local_world_size)
+    assert dd.rank_device() == expected
+    assert current == ([expected] if expected.type == "cuda" else [])  # set_device on GPUs only
+
+
+def test_rank_device_refuses_an_impossible_local_rank(monkeypatch):
+    fake_gpus(monkeypatch, 2)
+    local(monkeypatch, 2, 2)
+    with pytest.raises(ValueError, match="LOCAL_RANK=2"):
+        dd.rank_device()
+
+
+def test_backend_takes_cpu_tensors_too(monkeypatch):
+    config = dist.distributed_c10d.BackendConfig
+    fake_gpus(monkeypatch, 2)
+    # What torch makes of the string: gloo for CPU tensors, NCCL for CUDA ones.
+    assert config(dd.backend_for(torch.device("cuda", 0))).get_device_backend_map() == {
+        "cpu": "gloo", "cuda": "nccl"}
+    assert config(dd.backend_for(torch.device("cpu"))).get_device_backend_map()["cpu"] == "gloo"
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: False)
+    with pytest.raises(RuntimeError, match="no NCCL"):
+        dd.backend_for("cuda:0")
+
+
+@pytest.mark.parametrize("gpus, backend, device_id", [
+    (2, "cpu:gloo,cuda:nccl", torch.device("cuda", 1)),
+    (1, "gloo", None),
+])
+def test_launch_workers_join_the_group_by_the_rule(monkeypatch, gpus, backend, device_id):
+    """launch's worker body, in this process, on pretend GPUs: the group it asks torch for."""
+    fake_gpus(monkeypatch, gpus)
+    local(monkeypatch, 1, 2)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    joined = []
+    monkeypatch.setattr(dist, "init_process_group", lambda b, **kw: joined.append((b, kw)))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: None)
+    store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False)
+    device = launch_module._worker(dd.rank_device, (), None, 5, "127.0.0.1", store.port)
+    assert device == (device_id or torch.device("cpu"))
+    [(asked, options)] = joined
+    assert asked == backend and options["device_id"] == device_id
+    assert (options["rank"], options["world_size"]) == (1, 2)
+    assert options["timeout"] == datetime.timedelta(seconds=5)
+
+
 # ------------------------------------------------------------------ launch + all-reduce
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_ring_and_naive_match_builtin_all_reduce(world_size):
-    calls = [(dd.rank_info, ()), (dd.check_all_reduce, (CHECK_SIZES,)),
-             (dd.check_all_reduce, (CHECK_SIZES, torch.int64)), (subgroup_ring, ([1, 5, 10],))]
+    calls = [(dd.rank_info, ()), (dd.collectives_demo, ()), (dd.check_all_reduce, (CHECK_SIZES,)),
+             (dd.check_all_reduce, (CHECK_SIZES, torch.int64)), (subgroup_ring, ([1, 5, 10],)),
+             (dd.time_all_reduce, ([64, 4096], 2))]
     results = dd.launch(dd.run_in_sequence, world_size, calls)
     assert len(results) == world_size
-    for rank, (info, floats, ints, subgroup) in enumerate(results):
+    for rank, (info, demo, floats, ints, subgroup, times) in enumerate(results):
         assert info["rank"] == rank and info["world_size"] == world_size  # rank order
-        assert info["backend"] == "gloo"
+        if not torch.cuda.is_available():
+            assert (info["backend"], info["device"]) == ("gloo", "cpu")
+        assert demo["all_reduce_sum"] == world_size * (world_size + 1) / 2
+        assert demo["broadcast_from_0"] == 100.0
         assert floats["ring_ok"] and floats["naive_ok"], floats
         assert ints["ring_ok"] and ints["naive_ok"] and ints["max_abs_diff"] == 0, ints
         assert subgroup
+        assert times == results[0][-1]  # every rank reports the slowest rank's times
+        assert all(len(t) == 2 and min(t) > 0 for t in times.values())
     assert len({info["pid"] for info, *_ in results}) == world_size  # really separate processes
     assert_no_process_left()
 
@@ -119,9 +175,12 @@ def test_traffic_formulas():
     for n in range(1, 100):  # the ring's volume per rank stays below twice the tensor
         assert dd.ring_traffic_per_rank(1.0, n) < 2
     assert dd.alpha_beta_time(0, 4, alpha=1.0, beta=0.0) == 6  # 2 (N - 1) latencies
+    # Bandwidth terms: the ring moves 2(N-1)/N of the tensor per rank, the naive root 2(N-1) x it.
+    assert dd.alpha_beta_time(1000, 4, alpha=0.0, beta=1.0) == 1500
+    assert dd.alpha_beta_time(1000, 4, alpha=0.0, beta=1.0, algorithm="naive") == 6000
     with pytest.raises(ValueError, match="'ring' or 'naive'"):
         dd.alpha_beta_time(10, 2, 1e-5, 1e-9, algorithm="tree")
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="world_size"):
         dd.ring_traffic_per_rank(10, 0)
 
 
@@ -163,6 +222,17 @@ def test_launch_rejects_bad_timeouts_and_nccl_without_gpus():
     if torch.cuda.device_count() < 2:
         with pytest.raises(ValueError, match="one GPU per rank"):
             dd.launch(dd.rank_info, 2, backend="nccl")
+
+
+def test_launch_workers_do_not_oversubscribe_the_cores():
+    # OMP_NUM_THREADS reaches the workers after torch is imported: launch must apply it itself.
+    assert dd.launch(torch_threads, 2) == [dd.threads_per_process(2)] * 2
+    assert dd.launch(torch_threads, 1, env={"OMP_NUM_THREADS": "1"}) == [1]
+
+
+def test_launch_with_gloo_hides_the_gpus():
+    assert dd.launch(visible_gpus, 2, backend="gloo") == ["", ""]
+    assert_no_process_left()
 
 
 def test_single_process_group_refuses_to_nest():
@@ -233,11 +303,14 @@ def write_script(tmp_path, body):
 def test_run_torchrun_returns_rank_0_report(tmp_path):
     script = write_script(tmp_path, """
         import argparse, json, os
-        parser = argparse.ArgumentParser(); parser.add_argument("--report"); parser.add_argument("word")
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--report")
+        parser.add_argument("word")
         args = parser.parse_args()
         print("rank", os.environ["RANK"], "threads", os.environ["OMP_NUM_THREADS"])
         if os.environ["RANK"] == "0":
-            json.dump({"world": int(os.environ["WORLD_SIZE"]), "word": args.word}, open(args.report, "w"))
+            report = {"world": int(os.environ["WORLD_SIZE"]), "word": args.word}
+            json.dump(report, open(args.report, "w"))
         """)
     report = dd.run_torchrun(script, 2, "hello")
     assert report["world"] == 2 and report["word"] == "hello"

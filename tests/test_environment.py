@@ -20,14 +20,15 @@ def _pyproject():
 
 def _environment_pip():
     lines = (ROOT / "environment.yml").read_text().splitlines()
-    start = next(i for i, l in enumerate(lines) if l.strip() == "- pip:")
-    return [l.strip()[2:] for l in lines[start + 1:] if l.strip().startswith("- ")]
+    start = next(i for i, line in enumerate(lines) if line.strip() == "- pip:")
+    return [line.strip()[2:] for line in lines[start + 1:] if line.strip().startswith("- ")]
 
 
 def test_same_package_names():
     ours = {_name(r) for r in _pyproject()}
     theirs = {_name(r) for r in _environment_pip() if not r.startswith("-e")}
-    assert ours == theirs, f"only in pyproject: {ours - theirs}; only in environment.yml: {theirs - ours}"
+    assert ours == theirs, (
+        f"only in pyproject: {ours - theirs}; only in environment.yml: {theirs - ours}")
 
 
 def test_same_version_bounds():

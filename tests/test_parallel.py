@@ -320,6 +320,48 @@ def test_timeline_records_every_step():
     dp(torch.randn(9, 6, dtype=torch.float64))  # recording off: nothing breaks
 
 
+def test_replica_parameters_come_from_one_broadcast_node():
+    net = mlp()
+    reps = P.replicate(net, cpus(3))
+    node = reps[0][0].weight.grad_fn
+    assert all(getattr(r[k], name).grad_fn is node for r in reps for k in (0, 2)
+               for name in ("weight", "bias"))
+    assert type(reps[0][0].weight.grad_fn).__name__ == "BroadcastBackward"
+    assert reps[0][0].weight.data_ptr() == net[0].weight.data_ptr()
+    assert all(r[0].weight.data_ptr() != net[0].weight.data_ptr() for r in reps[1:])
+    # no graph when detached (no_grad forward)
+    assert all(r[0].weight.grad_fn is None for r in P.replicate(net, cpus(2), detach=True))
+
+
+def test_gradients_reach_the_master_only_after_every_replica_is_done():
+    """As PyTorch's Broadcast/ReduceAddCoalesced: one reduce at the end of backward, not a copy
+    back per tensor as soon as that tensor's gradient is ready in each replica."""
+    net = mlp()
+    order = []
+
+    def watch_first_layer(module, inputs, output):  # runs in every replica (shared hooks)
+        module.weight.register_hook(lambda g: order.append("replica"))
+
+    net[0].register_forward_hook(watch_first_layer)
+    net[2].weight.register_post_accumulate_grad_hook(lambda p: order.append("master"))
+    dp = P.DataParallel(net, device_ids=cpus(3))
+    dp.timeline = []
+    dp(torch.randn(9, 6, dtype=torch.float64)).sum().backward()
+    assert order == ["replica"] * 3 + ["master"], order
+    reduces = [e for e in dp.timeline if e["what"] == "reduce gradients"]
+    assert len(reduces) == 1 and reduces[0]["lane"] == "master"
+    assert reduces[0]["start"] >= max(e["end"] for e in dp.timeline if e["what"] == "gather")
+
+
+def test_broadcast_skips_gradients_of_tensors_that_need_none():
+    w = torch.ones(2, requires_grad=True)
+    frozen = torch.ones(2)
+    outs = P.Broadcast.apply(cpus(2), None, w, frozen)
+    assert [o.requires_grad for o in outs] == [True, False, True, False]
+    (outs[0] + outs[2]).sum().backward()
+    assert w.grad.tolist() == [2.0, 2.0]
+
+
 # ------------------------------------------------------------------ shallow replicas, as PyTorch's
 
 
@@ -396,3 +438,23 @@ def test_replicate_keeps_tied_parameters_tied():
     net = nn.Sequential(lin, nn.ReLU(), lin)
     r = P.replicate(net, cpus(2))[1]
     assert r[0].weight is r[2].weight and r[0] is r[2]
+
+
+def test_cpu_replicas_share_the_intra_op_threads():
+    """k replicas on the CPU run with torch's threads split between them, then the count is back."""
+    class Threads(nn.Module):
+        def forward(self, x):
+            return torch.tensor([float(torch.get_num_threads())])
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        outs = P.parallel_apply([Threads(), Threads()], [(torch.zeros(1),)] * 2,
+                                       devices=["cpu", "cpu"])
+        assert [o.item() for o in outs] == [2.0, 2.0]
+        outs = P.parallel_apply([Threads()] * 4, [(torch.zeros(1),)] * 4,
+                                       devices=["cpu"] * 4)
+        assert [o.item() for o in outs] == [1.0] * 4
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)

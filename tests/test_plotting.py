@@ -31,8 +31,10 @@ def test_animator_figure_is_not_left_open_for_pyplot():
 
 
 def test_plot_accepts_tensors_and_several_curves():
-    ax = dltools.plot(torch.arange(3.0), [torch.arange(3.0), torch.arange(3.0) ** 2], legend=["x", "x^2"])
-    assert len(ax.lines) == 2 and [t.get_text() for t in ax.get_legend().get_texts()] == ["x", "x^2"]
+    x = torch.arange(3.0)
+    ax = dltools.plot(x, [x, x ** 2], legend=["x", "x^2"])
+    assert len(ax.lines) == 2
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["x", "x^2"]
     matplotlib.pyplot.close("all")
 
 
@@ -53,7 +55,8 @@ def test_plotting_names_load_lazily_but_always_resolve():
     import sys
     code = ("import sys, dltools; assert 'matplotlib.pyplot' not in sys.modules; "
             "print(dltools.plotting.plot_timeline.__name__, dltools.Animator.__name__)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
     assert out.split() == ["plot_timeline", "Animator"]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         dltools.nope

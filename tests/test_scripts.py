@@ -1,6 +1,10 @@
-"""Tests of the training scripts in scripts/: DDP matches single-process training, the SLURM file is sane."""
+"""Tests of the training scripts in scripts/: one device rule, DDP matches single-process training,
+each DDP script is a small diff of its single-device twin, the SLURM file is sane."""
+import ast
 import difflib
+import importlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -9,12 +13,34 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from dltools import distributed as dd
-from test_distributed import assert_no_process_left
+from support.processes import assert_no_process_left
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 ARGS = ["--epochs", "2", "--batch-size", "96", "--num-train", "576", "--lr", "0.1"]
+
+# (single-device script, its DDP twin, most changed lines allowed).
+PAIRS = [("train_single.py", "train_ddp.py", 60),
+         ("train_resnet_single.py", "train_resnet_ddp.py", 80)]
+DDP_SCRIPTS = [ddp for _, ddp, _ in PAIRS]
+# Notebook 04's experiment script: one file for every configuration, single-process and DDP
+# (under torchrun). It has no twin to diff against, but it has the family's shape.
+FAMILY = ["train_single.py", "train_resnet_single.py", *DDP_SCRIPTS, "batch_scaling.py"]
+USES_DDP = [*DDP_SCRIPTS, "batch_scaling.py"]
+COLLECTIVES = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
+               "reduce_scatter", "reduce_scatter_tensor", "scatter", "gather"}
+CONSTRUCTORS = {"tensor", "zeros", "ones", "empty", "full", "stack", "cat", "as_tensor"}
+
+
+@pytest.fixture(scope="module")
+def common():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        yield importlib.import_module("common")
+    finally:
+        sys.path.remove(str(SCRIPTS))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -40,7 +66,8 @@ def single_run(tmp_path_factory):
 def test_ddp_replicas_agree_and_match_single_process(single_run, tmp_path):
     single_report, single_params = single_run
     nproc = 3  # the notebook runs 2; 3 also checks the sampler's every-N-th split
-    report = dd.run_torchrun(SCRIPTS / "train_ddp.py", nproc, *ARGS, "--checkpoint", tmp_path / "ddp.pt")
+    report = dd.run_torchrun(SCRIPTS / "train_ddp.py", nproc, *ARGS,
+                             "--checkpoint", tmp_path / "ddp.pt")
     assert report["world_size"] == nproc
     assert len(report["fingerprints"]) == nproc and len(set(report["fingerprints"])) == 1
     ddp_params = torch.load(tmp_path / "ddp.pt")
@@ -60,17 +87,143 @@ def test_ddp_script_refuses_a_batch_the_processes_cannot_share():
     assert_no_process_left()
 
 
-def test_ddp_script_is_a_small_diff_of_the_single_one():
-    single = (SCRIPTS / "train_single.py").read_text().splitlines()
-    ddp = (SCRIPTS / "train_ddp.py").read_text().splitlines()
-    changed = [line for line in difflib.unified_diff(single, ddp, lineterm="", n=0)
-               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    assert len(changed) < 60, len(changed)
-    text = "\n".join(ddp)
+def changed_lines(single, ddp):
+    a = (SCRIPTS / single).read_text().splitlines()
+    b = (SCRIPTS / ddp).read_text().splitlines()
+    return [line for line in difflib.unified_diff(a, b, lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+@pytest.mark.parametrize("single, ddp, most", PAIRS)
+def test_ddp_script_is_a_small_diff_of_its_single_device_twin(single, ddp, most):
+    changed = changed_lines(single, ddp)
+    assert 0 < len(changed) < most, len(changed)
+    # The lines that change are DDP's, and the training loop's shape is shared.
+    added = "\n".join(line for line in changed if line.startswith("+"))
+    for needed in ("setup_ddp()", "DistributedSampler(", "set_epoch(", "DDP(",
+                   "module.state_dict()", "teardown_ddp()"):
+        assert needed in added, needed
+    for text in ((SCRIPTS / single).read_text(), (SCRIPTS / ddp).read_text()):
+        for shape in ("class Trainer:", "def _run_batch(", "def _run_epoch(",
+                      "def _save_checkpoint(", "def train(", "def main(args):", '"--report"'):
+            assert shape in text, shape
+        assert "--out" not in text and "sys.path" not in text
+
+
+@pytest.mark.parametrize("script", FAMILY)
+def test_every_script_has_the_family_shape(script):
+    """A Trainer with _run_batch and _run_epoch, one report flag (--report), no path hacks."""
+    tree = ast.parse((SCRIPTS / script).read_text())
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    assert "Trainer" in classes, "no Trainer class"
+    methods = {node.name for node in classes["Trainer"].body if isinstance(node, ast.FunctionDef)}
+    assert {"_run_batch", "_run_epoch"} <= methods, methods
+    flags = [node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and getattr(node.func, "attr", None) == "add_argument" and node.args
+             and isinstance(node.args[0], ast.Constant)]
+    assert "--report" in flags and "--out" not in flags, flags
+    text = (SCRIPTS / script).read_text()
+    assert "sys.path" not in text and "--local_rank" not in text
+
+
+@pytest.mark.parametrize("script", USES_DDP)
+def test_ddp_scripts_set_up_through_common(script):
+    """setup_ddp()/teardown_ddp() from scripts/common.py; no group or device rule of their own."""
+    tree = ast.parse((SCRIPTS / script).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and node.module == "common" for alias in node.names}
+    assert {"setup_ddp", "teardown_ddp"} <= imported, imported
+    called = {node.func.id for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert {"setup_ddp", "teardown_ddp"} <= called
+    text = (SCRIPTS / script).read_text()
+    for own in ("init_process_group", "set_device", "nccl", "try_gpu", "destroy_process_group"):
+        assert own not in text, own
+    assert collective_tensors_off_device(text) == []
+
+
+def collective_tensors_off_device(source):
+    """Names passed to a collective that the same function builds with torch.* without device=."""
+    bad = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        built = {}
+        for node in ast.walk(function):
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Attribute)
+                    and getattr(node.value.func.value, "id", None) == "torch"
+                    and node.value.func.attr in CONSTRUCTORS):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        built[target.id] = any(k.arg == "device" for k in node.value.keywords)
+        for node in ast.walk(function):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and getattr(node.func.value, "id", None) == "dist"
+                    and node.func.attr in COLLECTIVES and node.args
+                    and isinstance(node.args[0], ast.Name)
+                    and built.get(node.args[0].id) is False):
+                bad.append(node.args[0].id)
+    return bad
+
+
+def test_the_device_check_notices_a_cpu_tensor_in_a_collective():
+    """The check above can fail: the old train_ddp.py's CPU loss total in an NCCL group."""
+    source = "def f(device):\n    total = torch.zeros(2)\n    dist.all_reduce(total)\n"
+    assert collective_tensors_off_device(source) == ["total"]
+    fixed = source.replace("zeros(2)", "zeros(2, device=device)")
+    assert collective_tensors_off_device(fixed) == []
+
+
+def test_the_diff_test_notices_a_big_change():
+    """The size check above can fail: a script with one method rewritten is no small diff."""
+    assert len(changed_lines("train_single.py", "train_resnet_ddp.py")) > 80
+
+
+@pytest.mark.parametrize("ddp", DDP_SCRIPTS)
+def test_ddp_scripts_use_the_shared_set_up_only(ddp):
+    text = (SCRIPTS / ddp).read_text()
     assert "--local_rank" not in text  # torchrun passes LOCAL_RANK in the environment
-    for needed in ("init_process_group", "LOCAL_RANK", "DistributedSampler", "set_epoch",
-                   "module.state_dict()", "destroy_process_group"):
-        assert needed in text, needed
+    # The device rule lives in one place (setup_ddp): no script picks a device or backend itself.
+    for own in ("init_process_group", "set_device", "os.environ", "nccl", "try_gpu",
+                "destroy_process_group"):
+        assert own not in text, own
+    # Every tensor built for a collective is made on the rank's device.
+    for line in text.splitlines():
+        if re.search(r"torch\.(zeros|ones|tensor|empty)\(", line):
+            assert "device" in line, line
+
+
+@pytest.mark.parametrize("gpus, local_rank, local_world_size, expected, backend", [
+    (2, 1, 2, torch.device("cuda", 1), "cpu:gloo,cuda:nccl"),
+    (1, 1, 2, torch.device("cpu"), "gloo"),    # 1 GPU, nproc 2: both ranks on the CPU
+    (0, 0, 2, torch.device("cpu"), "gloo"),
+])
+def test_setup_ddp_follows_the_device_rule(common, monkeypatch, gpus, local_rank,
+                                           local_world_size, expected, backend):
+    current = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    joined = []
+    monkeypatch.setattr(dist, "init_process_group", lambda b, **kw: joined.append((b, kw)))
+    for name, value in (("RANK", local_rank), ("WORLD_SIZE", local_world_size),
+                        ("LOCAL_RANK", local_rank), ("LOCAL_WORLD_SIZE", local_world_size)):
+        monkeypatch.setenv(name, str(value))
+    assert common.setup_ddp() == expected
+    assert joined == [(backend, {"device_id": expected if gpus > 1 else None})]
+    assert current == ([expected] if expected.type == "cuda" else [])
+
+
+def test_ddp_scripts_refuse_to_run_without_torchrun(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "train_ddp.py"), "--report",
+                           str(tmp_path / "r.json")], capture_output=True, text=True, env=env)
+    assert proc.returncode != 0
+    assert "launch it with torchrun" in proc.stderr and "train_ddp.py" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_slurm_script_is_valid_bash_and_calls_torchrun_per_node():
@@ -82,13 +235,35 @@ def test_slurm_script_is_valid_bash_and_calls_torchrun_per_node():
     assert text.startswith("#!/bin/bash")
     assert re.search(r"^#SBATCH --nodes=\d+", text, re.M)
     assert re.search(r"^#SBATCH --ntasks-per-node=1$", text, re.M)  # one torchrun per node
-    launch = " ".join(text[text.index("srun "):].replace("\\\n", " ").split())
-    assert launch.startswith("srun python -m torch.distributed.run ")
+    start = re.search(r"^srun ", text, re.M).start()  # the command, not a comment about srun
+    launch = " ".join(text[start:].replace("\\\n", " ").split())
+    assert launch.startswith('srun --cpus-per-task="$SLURM_CPUS_PER_TASK" python -m '
+                             'torch.distributed.run ')
     for flag in ('--nnodes="$SLURM_NNODES"', "--nproc_per_node=", '--rdzv_id="$SLURM_JOB_ID"',
                  "--rdzv_backend=c10d", "--rdzv_endpoint="):
         assert flag in launch, flag
     assert "scripts/train_ddp.py" in launch
     assert "--standalone" not in launch  # several nodes meet at the rendezvous endpoint instead
+    # The course's environment is activated, from the submit folder, before srun runs.
+    lines = [line.strip() for line in text.splitlines()]
+    srun_line = next(i for i, line in enumerate(lines) if line.startswith("srun "))
+    activate = lines.index("source .venv/bin/activate")
+    assert lines.index('cd "$SLURM_SUBMIT_DIR"') < activate < srun_line
+
+
+def test_slurm_learning_rate_follows_the_linear_scaling_rule():
+    """lr 0.1 at a global batch of 256 (notebook 04's reference), scaled with the batch."""
+    text = (SCRIPTS / "slurm_ddp.sbatch").read_text()
+    values = dict(re.findall(r"^(BATCH_SIZE|LR)=(\S+)$", text, re.M))
+    launch = text[re.search(r"^srun ", text, re.M).start():]
+    assert '--batch-size "$BATCH_SIZE"' in launch and '--lr "$LR"' in launch
+    assert float(values["LR"]) == pytest.approx(0.1 * int(values["BATCH_SIZE"]) / 256)
+    # One global batch splits evenly over the job's GPUs.
+    nodes = int(re.search(r"^#SBATCH --nodes=(\d+)", text, re.M).group(1))
+    gpus = int(re.search(r"^#SBATCH --gpus-per-node=(\d+)", text, re.M).group(1))
+    assert int(values["BATCH_SIZE"]) % (nodes * gpus) == 0
+
+
 
 
 def test_bash_n_catches_a_broken_script(tmp_path):

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from dltools import parallel
+from dltools import parallel, traffic
 from dltools.traffic import OPS, collective_bytes, dp_step_bytes, tensor_bytes
 
 
@@ -146,3 +146,40 @@ def test_dp_step_bytes_fallback_leaves_batchnorm_statistics_alone():
     assert dp_step_bytes(net, torch.randn(8, 3), 2)["gather"]["master_received"] == 4 * 3 * 4
     assert net.training and net.bn.training
     assert net.bn.num_batches_tracked.item() == 0
+
+
+# ------------------------------------------------------------------ message-by-message simulation
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+@pytest.mark.parametrize("num_pieces", [1, 3, 8])
+def test_pipelined_broadcast_delivers_and_matches_the_formula(k, num_pieces):
+    torch.manual_seed(k)
+    tensors = [torch.randn(7, 3), torch.arange(5), torch.randn(2, dtype=torch.float64)]
+    copies, links = traffic.pipelined_broadcast(tensors, k, num_pieces)
+    assert all(torch.equal(a, b) for c in copies for a, b in zip(c, tensors))
+    size = traffic.tensor_bytes(tensors)
+    formula = traffic.collective_bytes("broadcast", size, k)
+    assert sum(links.values()) == formula["total"]
+    assert links[(0, 1)] == formula["root_sent"]
+    assert all(v == size for v in links.values())  # every link carries the tensors once
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 6])
+def test_pipelined_reduce_sums_and_matches_the_formula(k):
+    torch.manual_seed(k)
+    per_device = [[torch.randn(4, 5, dtype=torch.float64), torch.randn(3, dtype=torch.float64)]
+                  for _ in range(k)]
+    sums, links = traffic.pipelined_reduce(per_device, num_pieces=3)
+    for i, s in enumerate(sums):
+        assert torch.allclose(s, sum(d[i] for d in per_device))
+    size = traffic.tensor_bytes(per_device[0])
+    formula = traffic.collective_bytes("reduce", size, k)
+    assert sum(links.values()) == formula["total"]
+    assert links[(1, 0)] == formula["root_received"]
+
+
+def test_a_master_that_sends_every_copy_itself_is_not_what_is_simulated():
+    # The naive scheme (master sends k - 1 copies) would put (k-1)S on the master's link.
+    _, links = traffic.pipelined_broadcast([torch.zeros(10)], 4)
+    assert links[(0, 1)] == 40 and (0, 2) not in links and (0, 3) not in links

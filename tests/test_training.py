@@ -50,8 +50,9 @@ def test_train_ch13_on_two_cpu_replicas_matches_one_device():
 def test_train_ch13_defaults_to_available_devices_and_animates():
     data = _toy_data(64)
     net = _net()
-    r = dltools.train_ch13(net, data, data, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=0.1),
-                           2, progress_bar=False, verbose=False)
+    r = dltools.train_ch13(net, data, data, nn.CrossEntropyLoss(),
+                           torch.optim.SGD(net.parameters(), lr=0.1), 2, progress_bar=False,
+                           verbose=False)
     assert next(r["net"].parameters()).device == dltools.try_all_gpus()[0]
 
 
@@ -63,15 +64,17 @@ def test_train_ch13_bad_input(kwargs, match):
     args = dict(num_epochs=1, devices=["cpu"])
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        dltools.train_ch13(net, data, data, nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=0.1),
-                           animate=False, progress_bar=False, **args)
+        dltools.train_ch13(net, data, data, nn.CrossEntropyLoss(),
+                           torch.optim.SGD(net.parameters(), lr=0.1), animate=False,
+                           progress_bar=False, **args)
 
 
 def test_train_ch13_empty_data():
     net = _net()
     with pytest.raises(ValueError, match="no batches"):
-        dltools.train_ch13(net, [], [], nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=0.1),
-                           1, ["cpu"], animate=False, progress_bar=False)
+        dltools.train_ch13(net, [], [], nn.CrossEntropyLoss(),
+                           torch.optim.SGD(net.parameters(), lr=0.1), 1, ["cpu"], animate=False,
+                           progress_bar=False)
 
 
 def test_evaluate_accuracy_restores_mode_and_rejects_empty_data():

@@ -4,8 +4,8 @@
     .venv/bin/python tools/run_notebooks.py            # every notebook in notebooks/
 
 Outputs are cleared first and the kernel is fresh, so execution counts run 1..N; the same
-environment variables as the test run are set (see tests/conftest.py), so strict nbval compares
-like with like.
+environment variables as the test run are set (tools/notebook_env.py, which conftest.py
+applies too), so strict nbval compares like with like.
 """
 import os
 import sys
@@ -15,9 +15,10 @@ from pathlib import Path
 import nbformat
 from nbconvert.preprocessors import ExecutePreprocessor
 
+# tools/notebook_env.py: Python puts a script's own folder on sys.path.
+from notebook_env import apply_notebook_env
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from notebook_env import apply_notebook_env  # noqa: E402
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (dp-course)", "language": "python"}
 
@@ -32,7 +33,8 @@ def run(path):
     nb.metadata["kernelspec"] = KERNELSPEC
     t = time.perf_counter()
     ExecutePreprocessor(timeout=900, kernel_name="python3", allow_errors=False,
-                        store_widget_state=True).preprocess(nb, {"metadata": {"path": str(path.parent)}})
+                        store_widget_state=True).preprocess(
+        nb, {"metadata": {"path": str(path.parent)}})
     # Some cells are expected to raise (tagged raises-exception); everything else must not.
     nbformat.write(nb, path)
     counts = [c.execution_count for c in nb.cells if c.cell_type == "code" and c.source.strip()]

@@ -1,11 +1,13 @@
-"""Run the course's notebooks in a real JupyterLab, driven by headless Chromium (see test_browser.py).
+"""Run the course's notebooks in a real JupyterLab, driven by headless Chromium (see
+tests/test_browser.py).
 
-JupyterLab is started with the command line and settings of ``python3 course.py lab`` (``course.lab_command``,
-``course.install_lab_settings``, ``course.venv_env``); only the places it writes to (home, runtime,
-config and data dirs, TMPDIR) move into a temporary folder, so the test leaves nothing in the user's
-home. Every process started (server, kernels, Playwright's driver, Chromium) is tracked and must end.
+JupyterLab is started with the command line and settings of ``python3 course.py lab``
+(``course.lab_command``, ``course.install_lab_settings``, ``course.venv_env``); only the places it
+writes to (home, runtime, config and data dirs, TMPDIR) move into a temporary folder, so the test
+leaves nothing in the user's home. The learner's data root (``DLTOOLS_DATA``, else the repository's
+``data/``) is used as it is. Every process started (server, kernels, Playwright's driver, Chromium)
+is tracked and must end.
 """
-import importlib.util
 import json
 import os
 import re
@@ -20,28 +22,58 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT, load_course
+
 # Folders next to notebooks/ that notebooks may reach with relative paths such as ../scripts/x.py;
-# they are copied into the temporary tree with the same layout (data/ is linked: large, read-only).
+# they are copied whole (notebooks/ with its checks_NN.py) into the temporary tree with the same
+# layout. data/, if the repository has one, is linked (large, read-only).
 COPIED_DIRS = ("notebooks", "scripts", "images", "benchmarks")
 LINKED_DIRS = ("data",)
-CHROMIUM = os.environ.get("DP_COURSE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-# Without the networking flags Chromium keeps trying to reach Google's servers; --no-sandbox is needed
-# as root and in containers; /dev/shm is small in containers.
+# Browsers tried when Playwright's own is not installed, in this order (names on PATH, then the
+# usual places on macOS).
+SYSTEM_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
+                   "chrome", "/Applications/Chromium.app/Contents/MacOS/Chromium",
+                   "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome")
+BROWSER_HINT = ("install one with `.venv/bin/python -m playwright install chromium` or your "
+                "system's package (e.g. `apt-get install chromium`), or set DP_COURSE_CHROMIUM "
+                "to its path")
+# Without the networking flags Chromium keeps trying to reach Google's servers; --no-sandbox is
+# needed as root and in containers; /dev/shm is small in containers.
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
     "--disable-component-update", "--no-first-run", "--no-default-browser-check",
 ]
-# Printed by the test harness only (tests/notebook_env.py); a learner's JupyterLab does not have them.
+# Set by the test harness only (tools/notebook_env.py); a learner's JupyterLab does not have them.
 HARNESS_ENV = ("PYTEST_", "SOURCE_DATE_EPOCH", "PYTHONHASHSEED", "COLUMNS")
 
 
-def load_course():
-    """Import /work/main/course.py (it is a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("course", ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def playwright_chromium():
+    """The Chromium that ``python -m playwright install chromium`` installed, or None."""
+    try:
+        from playwright.sync_api import Error, sync_playwright
+    except ImportError:
+        return None
+    try:
+        with sync_playwright() as p:
+            path = p.chromium.executable_path
+    except Error:
+        return None
+    return path if path and Path(path).is_file() else None
+
+
+def find_browser(environ=os.environ):
+    """The Chromium or Chrome executable the browser test drives, or None when there is none:
+    ``DP_COURSE_CHROMIUM`` if set, else Playwright's own browser, else a system Chromium/Chrome."""
+    if environ.get("DP_COURSE_CHROMIUM"):
+        return environ["DP_COURSE_CHROMIUM"]
+    found = playwright_chromium()
+    if found:
+        return found
+    for name in SYSTEM_BROWSERS:
+        path = shutil.which(name, path=environ.get("PATH"))
+        if path:
+            return path
+    return None
 
 
 def free_port():
@@ -51,7 +83,8 @@ def free_port():
 
 
 def isolated_env(base_env, tmp):
-    """``base_env`` with everything Jupyter, IPython, matplotlib and Chromium write moved under ``tmp``."""
+    """``base_env`` with everything Jupyter, IPython, matplotlib and Chromium write moved under
+    ``tmp``."""
     env = {k: v for k, v in base_env.items()
            if not k.startswith(HARNESS_ENV) and not k.startswith(("JUPYTER", "JPY_"))}
     dirs = {
@@ -68,7 +101,8 @@ def isolated_env(base_env, tmp):
 
 
 def copy_course_tree(dest):
-    """Copy the folders notebooks use into ``dest`` (same layout as the repo); return dest/notebooks."""
+    """Copy the folders notebooks use into ``dest`` (same layout as the repo); return
+    dest/notebooks."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     ignore = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc")
@@ -103,8 +137,8 @@ def cleared_copy(notebook):
 
 
 def expected_outputs(notebook):
-    """For each cell (markdown included, in order), what the saved outputs show: a set of kinds among
-    'text', 'image', 'widget', 'table', plus 'raises' for cells tagged raises-exception."""
+    """For each cell (markdown included, in order), what the saved outputs show: a set of kinds
+    among 'text', 'image', 'widget', 'table', plus 'raises' for cells tagged raises-exception."""
     kinds = []
     for cell in notebook["cells"]:
         k = set()
@@ -128,7 +162,8 @@ def expected_outputs(notebook):
 
 
 def _tree(pid):
-    """The process ``pid`` and all its descendants (empty if it is gone), names noted while alive."""
+    """The process ``pid`` and all its descendants (empty if it is gone), names noted while
+    alive."""
     try:
         proc = psutil.Process(pid)
         procs = [proc] + proc.children(recursive=True)
@@ -173,8 +208,8 @@ def kill_all(procs):
 class LabServer:
     """JupyterLab started as ``python3 course.py lab`` starts it, on a free port of 127.0.0.1.
 
-    The token is the random one JupyterLab makes and prints, read from the URL in its log (which also
-    checks that the URL with its token is printed, as a learner on a headless server needs).
+    The token is the random one JupyterLab makes and prints, read from the URL in its log (which
+    also checks that the URL with its token is printed, as a learner on a headless server needs).
     """
 
     def __init__(self, tmp, notebook_dir, startup_timeout=120):
@@ -183,11 +218,10 @@ class LabServer:
         self.startup_timeout = startup_timeout
         self.course = load_course()
         self.port = free_port()
-        # Short, because Chromium puts a unix socket under TMPDIR (at most 107 characters); removed by stop().
+        # Short, because Chromium puts a unix socket under TMPDIR (at most 107 characters); removed
+        # by stop().
         self.env_dir = Path(tempfile.mkdtemp(prefix="dp-course-lab-"))
         self.env = isolated_env(self.course.venv_env(), self.env_dir)
-        # The data set stays where the repo keeps it (the copied notebooks are outside the checkout).
-        self.env["DLTOOLS_DATA"] = str(ROOT / "data")
         self.log_path = self.tmp / "jupyter-lab.log"
         self.proc = None
         self.url = self.token = None
@@ -195,7 +229,8 @@ class LabServer:
 
     def command(self):
         return self.course.lab_command(self.notebook_dir, headless=True,
-                                       args=["--port", str(self.port), "--ServerApp.port_retries=0"])
+                                       args=["--port", str(self.port),
+                                             "--ServerApp.port_retries=0"])
 
     def log(self, tail=4000):
         return self.log_path.read_text(errors="replace")[-tail:] if self.log_path.exists() else ""
@@ -209,13 +244,14 @@ class LabServer:
         with open(self.log_path, "wb") as log:
             # Its own session: a stray Ctrl-C in the terminal does not reach it, and killpg can.
             self.proc = subprocess.Popen(self.command(), cwd=self.notebook_dir, env=self.env,
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
         pattern = re.compile(rf"http://127\.0\.0\.1:{self.port}/lab\?token=([0-9a-f]{{16,}})")
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with code {self.proc.returncode}:\n{self.log()}")
+                raise RuntimeError(
+                    f"JupyterLab exited with code {self.proc.returncode}:\n{self.log()}")
             m = pattern.search(self.log(tail=10**6))
             if m:
                 self.token = m.group(1)
@@ -226,7 +262,8 @@ class LabServer:
                 except OSError:
                     pass
             time.sleep(0.3)
-        raise RuntimeError(f"JupyterLab did not print its URL with a token within {self.startup_timeout} s "
+        raise RuntimeError("JupyterLab did not print its URL with a token within "
+                           f"{self.startup_timeout} s "
                            f"(command: {' '.join(self.command())}):\n{self.log()}")
 
     def api(self, method, path, timeout=30):
@@ -237,7 +274,8 @@ class LabServer:
         return json.loads(body) if body else None
 
     def remember_processes(self):
-        """Note the server and every process it started (kernels), to check later that all are gone."""
+        """Note the server and every process it started (kernels), to check later that all are
+        gone."""
         if self.proc is not None:
             known = {p.pid for p in self.procs_seen}
             self.procs_seen += [p for p in _tree(self.proc.pid) if p.pid not in known]
@@ -247,7 +285,8 @@ class LabServer:
             self.api("DELETE", f"/api/kernels/{kernel['id']}")
 
     def stop(self):
-        """Shut down like a learner's Ctrl-C would (kernels first), then make sure: kill what is left.
+        """Shut down like a learner's Ctrl-C would (kernels first), then make sure: kill what is
+        left.
         Returns the processes that had to be killed."""
         if self.proc is None:
             shutil.rmtree(self.env_dir, ignore_errors=True)
@@ -282,12 +321,13 @@ class LabServer:
 
 
 class Chromium:
-    """Headless Debian Chromium through Playwright (no Playwright browser download), with its profile
-    and home in ``tmp``. Raises RuntimeError with the reason when it cannot start."""
+    """Headless Chromium (the ``executable`` found by ``find_browser``) through Playwright, with its
+    profile and home in ``tmp``. Raises RuntimeError with the reason when it cannot start."""
 
-    def __init__(self, tmp, env, viewport=(1280, 1600)):
+    def __init__(self, tmp, env, executable, viewport=(1280, 1600)):
         self.tmp = Path(tmp)
         self.env = env
+        self.executable = str(executable)
         self.viewport = {"width": viewport[0], "height": viewport[1]}
         self.playwright = self.context = None
         self.roots, self.procs_seen = [], []
@@ -295,19 +335,19 @@ class Chromium:
     def start(self):
         from playwright.sync_api import Error, sync_playwright
 
-        if not Path(CHROMIUM).exists():
-            raise RuntimeError(f"Chromium not found at {CHROMIUM}: install Debian's package "
-                               "(apt-get install -y chromium) or set DP_COURSE_CHROMIUM")
+        if not Path(self.executable).is_file():
+            raise RuntimeError(f"no browser at {self.executable}: {BROWSER_HINT}")
         before = {p.pid for p in psutil.Process().children()}
         self.playwright = sync_playwright().start()
-        # Playwright's driver (a node process) is our new child; Chromium and its helpers run under it.
+        # Playwright's driver (a node process) is our new child; Chromium and its helpers run under
+        # it.
         self.roots = [p for p in psutil.Process().children() if p.pid not in before]
         try:
             self.context = self.playwright.chromium.launch_persistent_context(
-                str(self.tmp / "chromium-profile"), executable_path=CHROMIUM, headless=True,
+                str(self.tmp / "chromium-profile"), executable_path=self.executable, headless=True,
                 args=CHROMIUM_ARGS, env=self.env, viewport=self.viewport, timeout=60_000)
         except Error as e:
-            raise RuntimeError(f"Chromium ({CHROMIUM}) could not start: {e}") from None
+            raise RuntimeError(f"Chromium ({self.executable}) could not start: {e}") from None
         finally:
             self.remember_processes()
         return self.context
@@ -318,7 +358,8 @@ class Chromium:
             self.procs_seen += [p for p in _tree(root.pid) if p.pid not in known]
 
     def stop(self):
-        """Close the browser and Playwright's driver; returns the processes that had to be killed."""
+        """Close the browser and Playwright's driver; returns the processes that had to be
+        killed."""
         self.remember_processes()
         if self.context is not None:
             try:
@@ -351,7 +392,8 @@ class Chromium:
 _READ_CELLS_JS = """() => {
   const shown = e => {
     const r = e.getBoundingClientRect();
-    return r.width > 0 && r.height > 0 && e.checkVisibility({visibilityProperty: true, opacityProperty: true});
+    return r.width > 0 && r.height > 0
+      && e.checkVisibility({visibilityProperty: true, opacityProperty: true});
   };
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
   return [...panel.querySelectorAll('.jp-Notebook .jp-Cell')].map(c => {
@@ -360,10 +402,12 @@ _READ_CELLS_JS = """() => {
       code: c.classList.contains('jp-CodeCell'),
       prompt: (c.querySelector('.jp-InputArea-prompt') || {innerText: ''}).innerText.trim(),
       texts: outs.map(o => o.innerText).filter(t => t.trim()),
-      stderr: outs.filter(o => o.dataset.mimeType === 'application/vnd.jupyter.stderr').map(o => o.innerText),
+      stderr: outs.filter(o => o.dataset.mimeType === 'application/vnd.jupyter.stderr')
+        .map(o => o.innerText),
       images: [...c.querySelectorAll('.jp-OutputArea-output img')].filter(
         i => shown(i) && i.complete && i.naturalWidth > 0).length,
-      widgets: [...c.querySelectorAll('.jp-OutputArea-output .jupyter-widgets')].filter(shown).length,
+      widgets: [...c.querySelectorAll('.jp-OutputArea-output .jupyter-widgets')]
+        .filter(shown).length,
       tables: [...c.querySelectorAll('.jp-OutputArea-output table')].filter(shown).length,
     };
   });
@@ -372,13 +416,15 @@ _READ_CELLS_JS = """() => {
 _STATE_JS = """() => {
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
   if (!panel) return null;
-  const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.innerText.trim());
+  const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]
+    .map(p => p.innerText.trim());
   const dirty = !!document.querySelector('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty');
   return {prompts, dirty};
 }"""
 
-# Height of the page when the notebook's scroll area is tall enough to show every cell at once (up to the
-# last cell: the scroll area also has blank room below it so the last cell can be scrolled up).
+# Height of the page when the notebook's scroll area is tall enough to show every cell at once (up
+# to the last cell: the scroll area also has blank room below it so the last cell can be scrolled
+# up).
 _FULL_HEIGHT_JS = """() => {
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
   const outer = panel.querySelector('.jp-WindowedPanel-outer');
@@ -389,7 +435,8 @@ _FULL_HEIGHT_JS = """() => {
 }"""
 
 _SCROLL_TOP_JS = """() => {
-  document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer').scrollTop = 0;
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  panel.querySelector('.jp-WindowedPanel-outer').scrollTop = 0;
 }"""
 
 MAX_SCREENSHOT_HEIGHT = 30_000
@@ -413,11 +460,12 @@ def _wait(what, condition, timeout, interval=0.5):
 
 
 def run_in_lab(context, server, name, workspace, screenshot, timeout=1800):
-    """Open notebook ``name`` (in the server's notebook dir) in a fresh workspace, run all cells from the
-    Run menu, wait until the kernel is idle, save it, take a full-notebook screenshot.
+    """Open notebook ``name`` (in the server's notebook dir) in a fresh workspace, run all cells
+    from the Run menu, wait until the kernel is idle, save it, take a full-notebook screenshot.
 
-    Returns ``(cells, saved)``: what the page shows per cell (see _READ_CELLS_JS) and the notebook as
-    JupyterLab saved it after the run (its outputs, with their types, are the page's model)."""
+    Returns ``(cells, saved, seconds)``: what the page shows per cell (see _READ_CELLS_JS), the
+    notebook as JupyterLab saved it after the run (its outputs, with their types, are the page's
+    model), and how long Run All took."""
     page = context.new_page()
     try:
         page.goto(f"{server.url}/lab/workspaces/{workspace}/tree/{name}?token={server.token}",
@@ -440,17 +488,20 @@ def run_in_lab(context, server, name, workspace, screenshot, timeout=1800):
             state = page.evaluate(_STATE_JS)
             k = _session_kernel(server, name)
             return (not any("*" in p for p in state["prompts"])
-                    and k is not None and k["id"] == kernel["id"] and k["execution_state"] == "idle")
+                    and k is not None and k["id"] == kernel["id"]
+                    and k["execution_state"] == "idle")
 
         start = time.monotonic()
-        _wait(f"{name} to finish running", lambda: finished() and (time.sleep(1.5) or finished()), timeout)
+        _wait(f"{name} to finish running",
+              lambda: finished() and (time.sleep(1.5) or finished()), timeout)
         run_seconds = time.monotonic() - start
 
         page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*File\s*$")).click()
         page.locator('.lm-Menu-item[data-command="docmanager:save"]').click()
         _wait(f"{name} to be saved", lambda: not page.evaluate(_STATE_JS)["dirty"], 60)
 
-        # Cells out of view have estimated heights until drawn: grow the page until its height settles.
+        # Cells out of view have estimated heights until drawn: grow the page until its height
+        # settles.
         for _ in range(8):
             height = min(max(page.evaluate(_FULL_HEIGHT_JS), 800), MAX_SCREENSHOT_HEIGHT)
             if height == page.viewport_size["height"]:
@@ -480,14 +531,16 @@ def problems(name, original, cells, saved):
     found = []
     expected = expected_outputs(original)
     if len(cells) != len(original["cells"]):
-        return [f"{name}: the page shows {len(cells)} cells, the notebook has {len(original['cells'])}"]
+        return [f"{name}: the page shows {len(cells)} cells, "
+                f"the notebook has {len(original['cells'])}"]
 
     def where(i):
         first = "".join(original["cells"][i]["source"]).strip().splitlines()
         first = [line for line in first if not line.startswith("#")] or first or [""]
         return f"{name} cell {i + 1} ({first[0][:60]!r})"
 
-    code = [i for i, c in enumerate(original["cells"]) if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    code = [i for i, c in enumerate(original["cells"])
+            if c["cell_type"] == "code" and "".join(c["source"]).strip()]
     for i in code:
         cell, want, model = cells[i], expected[i], saved["cells"][i]
         if not re.fullmatch(r"\[\d+\]:", cell["prompt"]):
@@ -502,11 +555,14 @@ def problems(name, original, cells, saved):
                         o["output_type"] == "error" for o in model.get("outputs", [])):
                     found.append(f"{where(i)} shows a traceback:\n{text[-1500:]}")
         if "image" in want and not cell["images"]:
-            found.append(f"{where(i)}: the saved notebook has a plot here, the page shows no rendered image")
+            found.append(f"{where(i)}: the saved notebook has a plot here, "
+                         "the page shows no rendered image")
         if "widget" in want:
-            broken = [t for t in cell["texts"] if "Error displaying widget" in t or "Loading widget" in t]
+            broken = [t for t in cell["texts"]
+                      if "Error displaying widget" in t or "Loading widget" in t]
             if not cell["widgets"] or broken:
-                found.append(f"{where(i)}: the progress bar / widget did not render ({broken or 'nothing shown'})")
+                found.append(f"{where(i)}: the progress bar / widget did not render "
+                             f"({broken or 'nothing shown'})")
         if "table" in want and not cell["tables"]:
             found.append(f"{where(i)}: the saved notebook shows a table here, the page shows none")
         if "text" in want and not cell["texts"]:

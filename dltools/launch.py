@@ -1,0 +1,476 @@
+"""The plumbing behind ``dltools.distributed``: how a rank finds its device and joins its process
+group, starting worker processes from a notebook, their failures, and ``torchrun``.
+
+Learners read ``dltools.distributed`` (the all-reduce algorithms and their cost); this module is
+the machinery they use without needing to read it. Every public name here is also importable from
+``dltools.distributed``.
+
+**One device rule** for every worker and script (the training scripts' ``setup_ddp()`` calls
+:func:`setup_process_group`): a rank uses ``cuda:LOCAL_RANK`` when the machine has a GPU for each
+of its local processes, and makes it the current CUDA device (NCCL's ``barrier`` and object
+collectives use the current device); otherwise every rank uses the CPU. The process group gets
+gloo for CPU tensors and, when the ranks have GPUs, NCCL for CUDA tensors
+(``"cpu:gloo,cuda:nccl"``), so a collective works whatever device its tensors are on.
+
+``launch(fn, world_size, *args)`` runs ``fn(*args)`` in ``world_size`` processes that each have
+that process group and returns their return values to the caller, in rank order. It uses PyTorch's
+own launcher machinery (``start_processes``, what ``torchrun``'s agent uses), so a failing worker
+comes back as an error carrying its traceback and no process is left behind. The rendezvous store
+is hosted by the calling process on a port the operating system chooses, so a busy default port
+(29500) does not matter, and there is no window between picking a port and using it.
+"""
+import contextlib
+import datetime
+import json
+import logging
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["WorkerError", "WorkerTimeoutError", "TorchrunError", "rank_device", "backend_for",
+           "setup_process_group", "launch", "threads_per_process", "single_process_group",
+           "run_torchrun"]
+
+#: Default seconds a collective may wait for a peer.
+DEFAULT_TIMEOUT = 60.0
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed; the message holds its rank, exit code and traceback."""
+
+    def __init__(self, message, rank=None, exitcode=None, worker_traceback=""):
+        super().__init__(message)
+        self.rank, self.exitcode, self.worker_traceback = rank, exitcode, worker_traceback
+
+
+class WorkerTimeoutError(WorkerError, TimeoutError):
+    """A worker waited longer than the timeout for a peer (that hung or died): see its traceback."""
+
+
+class TorchrunError(subprocess.CalledProcessError):
+    """``torchrun`` exited with an error; ``str(err)`` ends with the last lines of its output."""
+
+    def __str__(self):
+        tail = "\n".join((self.output or "").strip().splitlines()[-150:])
+        return f"{super().__str__()}\n--- last lines of its output ---\n{tail}"
+
+
+# ------------------------------------------------------------------ the device rule
+
+
+def _gpus_per_local_process(local_world_size):
+    return torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size
+
+
+def rank_device():
+    """This rank's device: ``cuda:LOCAL_RANK`` when there is a GPU per local process, else the CPU.
+
+    ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` come from the environment (torchrun and
+    :func:`launch` set them; 0 and 1 outside a launcher). On a GPU the device is also made the
+    current CUDA device, as ``torch.cuda.set_device`` does. With fewer GPUs than local processes
+    (say 1 GPU and 2 processes) every rank uses the CPU: two ranks of an NCCL group cannot share a
+    GPU, and mixing GPU and CPU ranks would give each rank a different backend.
+
+    >>> cuda = torch.cuda.is_available()   # outside a launcher: LOCAL_RANK 0 of 1
+    >>> rank_device() == (torch.device('cuda', 0) if cuda else torch.device('cpu'))
+    True
+    """
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if not 0 <= local_rank < local_world_size:
+        raise ValueError(f"LOCAL_RANK={local_rank} must be in [0, LOCAL_WORLD_SIZE="
+                         f"{local_world_size})")
+    if _gpus_per_local_process(local_world_size):
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def backend_for(device):
+    """The process-group backend for ranks on ``device``.
+
+    ``"cpu:gloo,cuda:nccl"`` for CUDA ranks (NCCL for their CUDA tensors, gloo for any CPU tensor,
+    e.g. a loss total or ``all_gather_object``), ``"gloo"`` for CPU ranks. A bare ``"nccl"`` group
+    would refuse CPU tensors.
+
+    >>> backend_for(torch.device('cpu')), backend_for(torch.device('cuda', 1))
+    ('gloo', 'cpu:gloo,cuda:nccl')
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not dist.is_nccl_available():
+            raise RuntimeError("this PyTorch build has no NCCL: distributed training on GPUs "
+                               "needs it (install a CUDA build of PyTorch on Linux)")
+        return "cpu:gloo,cuda:nccl"
+    return "gloo"
+
+
+def setup_process_group(**init_kwargs):
+    """Pick this rank's device (:func:`rank_device`) and join the default process group with the
+    backend that goes with it (:func:`backend_for`); return the device.
+
+    ``init_kwargs`` go to ``dist.init_process_group`` (``store``, ``rank``, ``world_size``,
+    ``timeout``); without them it reads torchrun's environment variables. On a GPU the group is
+    bound to the rank's device (``device_id``), so ``barrier`` uses that GPU, not ``cuda:0``.
+    """
+    device = rank_device()
+    device_id = device if device.type == "cuda" else None
+    dist.init_process_group(backend_for(device), device_id=device_id, **init_kwargs)
+    return device
+
+
+# ------------------------------------------------------------------ launching workers
+
+
+def _check_importable(fn):
+    """Spawned workers import ``fn`` by name: refuse functions they cannot find, saying why."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function, got {fn!r}")
+    qualname = getattr(fn, "__qualname__", "")
+    module = getattr(fn, "__module__", None)
+    where = f"{module}.{qualname}"
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise ValueError(f"{where} cannot be sent to worker processes: lambdas and functions "
+                         "defined inside other functions cannot be imported by name. Define it at "
+                         "the top level of a .py module.")
+    if module == "__main__" and not getattr(sys.modules.get("__main__"), "__file__", None):
+        raise ValueError(f"{qualname} is defined in a notebook or an interactive session (module "
+                         "__main__), which spawned worker processes cannot import. Put it in a .py "
+                         "module (for example next to the notebook) and import it from there.")
+    try:
+        pickle.dumps(fn)
+    except Exception as err:
+        raise ValueError(f"{where} cannot be pickled for the worker processes: {err}") from err
+
+
+def usable_cores():
+    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown).
+
+    >>> usable_cores() >= 1
+    True
+    """
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def threads_per_process(num_processes):
+    """Torch threads for each of ``num_processes`` processes sharing this machine: cores / processes
+    (at least 1), so that the processes do not oversubscribe the cores.
+
+    >>> threads_per_process(10 ** 6)
+    1
+    """
+    return max(1, usable_cores() // num_processes)
+
+
+def _num_gpus():
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _check_world_size(world_size):
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(f"world_size must be an int, got {world_size!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+
+
+def _worker(fn, args, backend, timeout, store_host, store_port):
+    """Body of every worker process: join the process group, run ``fn``, leave the group."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # torch was imported (to unpickle this call) before the launcher set OMP_NUM_THREADS, too late
+    # for it to take effect: apply it here, or every worker runs as many threads as there are cores.
+    if os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    store = dist.TCPStore(store_host, store_port, world_size, is_master=False,
+                          timeout=datetime.timedelta(seconds=timeout))
+    options = dict(store=store, rank=rank, world_size=world_size,
+                   timeout=datetime.timedelta(seconds=timeout))
+    try:
+        if backend is None:
+            setup_process_group(**options)
+        else:
+            if "nccl" in backend:
+                torch.cuda.set_device(rank_device())
+            dist.init_process_group(backend, **options)
+    except BaseException:
+        _record_failure(store, rank)
+        raise
+    try:
+        return fn(*args)
+    except BaseException:
+        _record_failure(store, rank)  # before leaving the group, which makes the others fail
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def _record_failure(store, rank):
+    # Tell the launcher who failed first: the others often fail only because this one did.
+    with contextlib.suppress(Exception):
+        store.set(f"{_FAILED}/{store.add(_FAILED, 1)}", str(rank))
+
+
+_FAILED = "dltools/failed"
+
+
+def _first_failure(ctx, store, failure):
+    """The failure of the rank that failed first (the launcher reports the first one it sees)."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+    with contextlib.suppress(Exception):
+        if store.check([f"{_FAILED}/1"]):
+            rank = int(store.get(f"{_FAILED}/1").decode())
+            if rank != failure.local_rank:
+                exitcode = ctx._pc.processes[rank].exitcode if getattr(ctx, "_pc", None) else None
+                return rank, ProcessFailure(local_rank=rank, pid=ctx.pids()[rank],
+                                            exitcode=exitcode if exitcode is not None else 1,
+                                            error_file=ctx.error_files[rank])
+    return failure.local_rank, failure
+
+
+@contextlib.contextmanager
+def _quiet_elastic_logs():
+    # The launcher logs each failure and each process it closes; launch() reports them itself.
+    loggers = [logging.getLogger(name) for name in
+               ("torch.distributed.elastic.multiprocessing.api", "torch.multiprocessing.spawn")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _format_failure(fn, failure, rank, stderr_path):
+    message = failure.message
+    if isinstance(message, dict):
+        callstack = message.get("extraInfo", {}).get("py_callstack", "")
+        message = message.get("message", "") + "\n" + callstack
+    if not failure.error_file_data.get("message"):
+        # No traceback recorded (the process died before or outside fn): show the end of its stderr.
+        with contextlib.suppress(OSError):
+            message = "\n".join(Path(stderr_path).read_text(errors="replace").splitlines()[-30:])
+    if failure.error_file_data.get("message"):
+        reason = "raised an exception"
+    elif failure.exitcode is not None and failure.exitcode < 0:
+        reason = f"was killed by signal {failure.signal_name()}"
+    else:
+        reason = f"exited with code {failure.exitcode}"
+    return (f"worker rank {rank} of {fn.__module__}.{fn.__qualname__} {reason}.\n"
+            f"Its traceback:\n{message}"), message
+
+
+def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT, deadline=None, env=None):
+    """Run ``fn(*args)`` in ``world_size`` new processes with a process group; return their results.
+
+    Each worker sees ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT`` (as under torchrun) and an initialised default process group
+    made by :func:`setup_process_group`: gloo for CPU tensors, and NCCL for CUDA tensors when there
+    is a GPU per rank; :func:`rank_device` gives the worker its device. ``backend="gloo"`` hides the
+    GPUs from the workers (a CPU-only run on a GPU machine); another ``backend`` string is passed
+    to ``dist.init_process_group`` as it is and needs a GPU per rank if it names NCCL.
+    ``fn`` must be importable by name (a top-level function of a ``.py`` module): spawned processes
+    cannot import functions defined in a notebook.
+
+    The results come back as a list in rank order, so the notebook prints them (output printed by
+    the workers themselves goes to the console, which notebook tests do not capture). If a worker
+    raises, the others are stopped and :class:`WorkerError` carries the worker's traceback
+    (workers' stderr is kept in a file for that and shown only on failure). A collective (and
+    joining the group) waits at most ``timeout`` seconds for a peer: a hung peer ends in
+    :class:`WorkerTimeoutError` (a ``TimeoutError``). ``deadline`` (seconds, default none) limits
+    the whole run; past it every worker is stopped and ``TimeoutError`` is raised. ``env``: extra
+    environment variables. Each worker gets ``OMP_NUM_THREADS`` = cores / ``world_size`` (at
+    least 1) unless ``env`` sets it, and runs that many torch threads
+    (``torch.set_num_threads``), so the workers do not oversubscribe the cores.
+
+    >>> from dltools.distributed import rank_info
+    >>> [r['rank'] for r in launch(rank_info, 2)]
+    [0, 1]
+    """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    _check_importable(fn)
+    _check_world_size(world_size)
+    for name, value in (("timeout", timeout), ("deadline", deadline)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or value <= 0):
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    if timeout is None:
+        raise ValueError("timeout must be a positive number of seconds, got None")
+    if backend is not None and "nccl" in backend and _num_gpus() < world_size:
+        raise ValueError(f"backend {backend!r} needs one GPU per rank: {world_size} ranks, "
+                         f"{_num_gpus()} GPUs")
+    if backend == "gloo":
+        # CPU only: with no visible GPU, the workers' rank_device() is the CPU.
+        env = {**(env or {}), "CUDA_VISIBLE_DEVICES": ""}
+
+    host = "127.0.0.1"
+    # Port 0: the operating system picks a free port, and this process keeps it for the whole run.
+    store = dist.TCPStore(host, 0, world_size + 1, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout))
+    threads = str(threads_per_process(world_size))
+    envs = {}
+    for rank in range(world_size):
+        envs[rank] = {**(env or {}), "RANK": str(rank), "LOCAL_RANK": str(rank),
+                      "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
+                      "MASTER_ADDR": host, "MASTER_PORT": str(store.port),
+                      "OMP_NUM_THREADS": (env or {}).get("OMP_NUM_THREADS", threads)}
+    log_dir = tempfile.mkdtemp(prefix="dltools_launch_")
+    ctx = None
+    # The launcher installs its own SIGINT/SIGTERM handlers (to stop the workers if this process is
+    # interrupted); put Jupyter's or Python's back afterwards.
+    saved_handlers = _signal_handlers()
+    try:
+        with _quiet_elastic_logs():
+            ctx = start_processes(
+                name=getattr(fn, "__name__", "worker"), entrypoint=_worker,
+                args={r: (fn, args, backend, timeout, host, store.port) for r in range(world_size)},
+                envs=envs, start_method="spawn",
+                # stderr goes to a file, read back when a worker fails; stdout is left alone.
+                logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ERR))
+            end = None if deadline is None else time.monotonic() + deadline
+            result = None
+            while result is None:
+                result = ctx.wait(timeout=0.05, period=0.05)
+                if result is None and end is not None and time.monotonic() > end:
+                    raise TimeoutError(
+                        f"{fn.__qualname__} on {world_size} processes did not finish within the "
+                        f"deadline of {deadline} s; all workers were stopped.")
+        if result.is_failed():
+            rank, failure = _first_failure(ctx, store, next(iter(result.failures.values())))
+            message, tb = _format_failure(fn, failure, rank, result.stderrs.get(rank, ""))
+            error = WorkerError
+            first_line = tb.strip().splitlines()[0].lower() if tb.strip() else ""
+            if any(word in first_line for word in ("timed out", "timeout")):
+                error = WorkerTimeoutError
+                message += (f"\nA worker waited more than {timeout} s for its peers: one of them "
+                            "is stuck, or never reached the same collective.")
+            raise error(message, rank=rank, exitcode=failure.exitcode, worker_traceback=tb)
+        return [result.return_values[r] for r in range(world_size)]
+    except SignalException as err:
+        if err.sigval == signal.SIGINT:  # the notebook's "interrupt kernel": stop as Python would
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if ctx is not None:
+            with _quiet_elastic_logs():
+                ctx.close(timeout=10)
+        for sig, handler in saved_handlers.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(log_dir, ignore_errors=True)
+        del store
+
+
+def _signal_handlers():
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers = {}
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is not None:
+            handlers[sig] = signal.getsignal(sig)
+    return handlers
+
+
+@contextlib.contextmanager
+def single_process_group(backend="gloo"):
+    """A process group of one rank, in this process: to try collectives without starting processes.
+
+    >>> with single_process_group():
+    ...     dist.get_world_size()
+    1
+    >>> dist.is_initialized()
+    False
+    """
+    if dist.is_initialized():
+        raise RuntimeError("a process group already exists in this process")
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ torchrun
+
+
+def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600, env=None):
+    """Run ``script`` with ``python -m torch.distributed.run --standalone --nproc_per_node=nproc``.
+
+    Fails loudly: a non-zero exit raises :class:`TorchrunError` with the end of the output (unlike
+    ``!torchrun`` in a notebook, which carries on after "command not found"). ``OMP_NUM_THREADS`` is
+    set (cores / processes) so torchrun does not warn. With ``report=True`` the script gets
+    ``--report PATH`` appended, rank 0 writes a JSON file there, and that dict is returned with the
+    run's output under ``'log'``; otherwise the output (stdout and stderr together) is returned.
+    After ``timeout`` seconds the whole process group of torchrun and its workers is stopped.
+
+    >>> import os, tempfile; path = os.path.join(tempfile.mkdtemp(), 'hello.py')
+    >>> _ = open(path, 'w').write("import os; print('rank', os.environ['RANK'])")
+    >>> sorted(run_torchrun(path, 2, report=False).split())
+    ['0', '1', 'rank', 'rank']
+    """
+    script = Path(script)
+    if not script.is_file():
+        raise FileNotFoundError(f"no such script: {script}")
+    _check_world_size(nproc)
+    if nnodes != 1:
+        raise ValueError("run_torchrun starts one node (--standalone); run the other nodes' "
+                         "torchrun yourself (see scripts/slurm_ddp.sbatch)")
+    tmp = tempfile.mkdtemp(prefix="dltools_torchrun_")
+    report_path = Path(tmp) / "report.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nnodes={nnodes}",
+           f"--nproc_per_node={nproc}", str(script), *map(str, script_args)]
+    if report:
+        cmd += ["--report", str(report_path)]
+    child_env = {**os.environ, **(env or {})}
+    child_env.setdefault("OMP_NUM_THREADS", str(threads_per_process(nproc)))
+    # Its own session: on a timeout, torchrun and all its workers are stopped together.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=child_env, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except BaseException:
+        _kill_session(proc)
+        raise
+    finally:
+        _kill_session(proc)  # also whatever torchrun left in its session
+    try:
+        if proc.returncode != 0:
+            raise TorchrunError(proc.returncode, cmd, output=output)
+        if not report:
+            return output
+        if not report_path.is_file():
+            raise RuntimeError(f"{script.name} exited normally but rank 0 wrote no report to "
+                               f"{report_path}; its output:\n{output}")
+        result = json.loads(report_path.read_text())
+        result["log"] = output
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kill_session(proc):
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,122 @@
+"""Checks for the exercises of notebook 04 (ResNet-18 across devices).
+
+Each check prints whether the answer is right, with a hint when it is not, and returns True/False;
+``None`` means "not answered yet". The expected values are worked out inside the functions from the
+seed's setup, so that Jupyter's help (Shift-Tab) does not show them.
+"""
+import math
+import numbers
+
+import torch
+
+from dltools.exercises import report
+
+# The seed's runs: all 60,000 training images, 10 epochs; one GPU at batch 256 and lr 0.1, two GPUs
+# at batch 512 and lr 0.2.
+_IMAGES, _EPOCHS, _BATCH_1, _LR_1, _BATCH_2 = 60000, 10, 256, 0.1, 512
+
+
+def _is_int(answer):
+    """A whole number: an int, or a float that is whole (512 / 4 is 128.0), never a bool."""
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
+        return False
+    return float(answer).is_integer()
+
+
+def check_steps_in_ten_epochs(answer):
+    """Optimizer steps of the seed's two-GPU run in its 10 epochs."""
+    per_epoch = math.ceil(_IMAGES / _BATCH_2)
+    expected = per_epoch * _EPOCHS
+    one_gpu = math.ceil(_IMAGES / _BATCH_1) * _EPOCHS
+    if answer is not None and not _is_int(answer):
+        return report(False, "", "a number of steps is a whole number.", answer)
+    if answer == one_gpu:
+        hint = "that is the one-GPU run; doubling the batch halves the steps."
+    elif answer == _IMAGES // _BATCH_2 * _EPOCHS:
+        hint = "the last, smaller batch of each epoch is a step too."
+    else:
+        hint = "one step per batch; count the batches of an epoch, then multiply by the epochs."
+    return report(answer == expected,
+                  f"ceil({_IMAGES} / {_BATCH_2}) = {per_epoch} steps per epoch, {expected} in "
+                  f"{_EPOCHS} epochs (the one-GPU run takes {one_gpu}).", hint, answer)
+
+
+def check_scaled_lr(answer):
+    """The learning rate for batch 1024 on 4 GPUs by the linear-scaling rule."""
+    batch = 4 * _BATCH_1
+    expected = _LR_1 * batch / _BATCH_1
+    ok = isinstance(answer, numbers.Real) and not isinstance(answer, bool) and math.isclose(
+        float(answer), expected, rel_tol=1e-6)
+    if answer is not None and isinstance(answer, numbers.Real) and math.isclose(
+            float(answer), _LR_1 * math.sqrt(batch / _BATCH_1), rel_tol=1e-6):
+        hint = "that is the square-root rule; the linear rule scales with the batch itself."
+    else:
+        hint = "the rule multiplies the learning rate by the factor the batch grew by."
+    return report(ok, f"{_LR_1} x {batch} / {_BATCH_1} = {expected:g}, reached gradually, with a "
+                  "warm-up.", hint, answer)
+
+
+def check_bn_rows_per_replica(answer):
+    """Rows each BatchNorm layer normalises over: DataParallel, 4 GPUs, global batch 512."""
+    from dltools.parallel import chunk_sizes
+    sizes = chunk_sizes(_BATCH_2, 4)
+    if answer is not None and not _is_int(answer):
+        return report(False, "", "a number of rows is a whole number.", answer)
+    hint = ("BatchNorm runs inside each replica's forward and sees only that replica's rows."
+            if answer == _BATCH_2 else "how does scatter split 512 rows over 4 devices?")
+    return report(answer == sizes[0] and len(set(sizes)) == 1,
+                  f"every replica normalises its own chunk: chunk_sizes({_BATCH_2}, 4) = {sizes}.",
+                  hint, answer)
+
+
+def check_reinit_keeps(answer):
+    """Which of 'conv weight', 'linear weight' and 'batchnorm weight' keeps its old value?"""
+    choices = ("conv weight", "linear weight", "batchnorm weight")
+    if answer is not None and answer not in choices:
+        return report(False, "", f"answer with one of {choices}.", answer)
+    kept = [c for c in choices if c.split()[0] not in ("conv", "linear")]
+    return report(answer is not None and [answer] == kept,
+                  "init_weights_normal only touches Linear and Conv2d weights; BatchNorm's weight, "
+                  "bias and running statistics (and every bias) keep their values.",
+                  "read the isinstance test in inspect.getsource(dltools.init_weights_normal).",
+                  answer)
+
+
+def _reference_lrs(peak, warmup_steps, num_steps):
+    """The learning rate of every step under LambdaLR with a linear warm-up, from torch itself."""
+    w = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([w], lr=peak)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup_steps))
+    lrs = []
+    for _ in range(num_steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return lrs
+
+
+def check_warmup_schedule(lr_at):
+    """Your ``lr_at(step)`` against the learning rates torch's LambdaLR gives, step by step."""
+    if lr_at is None:
+        return report(None, "", "", None)
+    if not callable(lr_at):
+        return report(False, "", "pass the function itself: check_warmup_schedule(lr_at).", lr_at)
+    warmup = 2 * math.ceil(_IMAGES / _BATCH_2)
+    expected = _reference_lrs(2 * _LR_1, warmup, warmup + 50)
+    try:
+        got = [float(lr_at(step)) for step in range(len(expected))]
+    except Exception as err:  # the learner's code: report, do not raise
+        return report(False, "", f"lr_at raised {type(err).__name__}: {err}", lr_at)
+    bad = [s for s, (g, e) in enumerate(zip(got, expected)) if not math.isclose(g, e, rel_tol=1e-9)]
+    if not bad:
+        return report(True, f"the rate grows linearly over the first {warmup} steps (2 epochs of "
+                      f"{warmup // 2}), then stays at {2 * _LR_1:g}.", "", lr_at)
+    s = bad[0]
+    if math.isclose(got[0], 2 * _LR_1):
+        hint = "step 0 already uses the full rate: there is no warm-up."
+    elif s == 0 or math.isclose(got[s], expected[s] - 2 * _LR_1 / warmup):
+        hint = "off by one step: step 0 should already use 1/warmup of the rate (see LambdaLR)."
+    else:
+        hint = "the warm-up lasts 2 epochs of the seed's two-GPU run and ends at its rate."
+    return report(False, "", f"step {s}: yours {got[s]:.6g}, expected {expected[s]:.6g}; {hint}",
+                  lr_at)

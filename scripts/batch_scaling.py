@@ -1,0 +1,355 @@
+"""Batch scaling: did the seed's two-GPU run lose accuracy to the second device, or to the batch?
+
+The seed trained ResNet-18 on Fashion-MNIST for 10 epochs: one GPU at batch 256 and lr 0.1
+(test accuracy 0.92), two GPUs at batch 512 and lr 0.2 (0.72), one run each. This script repeats
+those runs over several seeds, next to the controls that separate the candidate causes, and records
+every epoch:
+
+    one-256         1 device,  batch 256, lr 0.1   the seed's one-GPU run
+    dp-512          2 devices, batch 512, lr 0.2   the seed's two-GPU run (DataParallel)
+    one-512         1 device,  batch 512, lr 0.2   the same optimisation on one device
+    one-512-warmup  as one-512, lr ramped up linearly from near 0 over --warmup-epochs (Goyal et
+                    al., 2017, ramp up from the small batch's lr instead: here from 0.1)
+    ddp-512         2 processes (DDP), batch 512, lr 0.2; only under torchrun with 2 processes
+
+Two devices are two GPUs when there are, else two CPU replicas in threads (dltools.parallel). The
+seed's configuration (all 60,000 images, width 64) on GPUs:
+
+    python scripts/batch_scaling.py --report bs.json --figure bs.png
+    torchrun --standalone --nproc_per_node=2 scripts/batch_scaling.py --configs ddp-512 \\
+        --report ddp.json
+
+On a 2-core CPU, the committed results (results/batch_scaling_cpu.json) came from:
+
+    python scripts/batch_scaling.py --width 4 --jobs 2 --report results/batch_scaling_cpu.json \\
+        --figure images/batch_scaling_cpu.png
+
+``--report`` is rewritten after every run, and an interrupted run resumes where it stopped.
+"""
+import argparse
+import copy
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
+
+import dltools
+
+CONFIGS = {  # name: (devices, batch, lr, warm-up); batches are the seed's, before --batch-divisor
+    "one-256": ("one", 256, 0.1, False),
+    "dp-512": ("dp", 512, 0.2, False),
+    "one-512": ("one", 512, 0.2, False),
+    "one-512-warmup": ("one", 512, 0.2, True),
+    "ddp-512": ("ddp", 512, 0.2, False),
+}
+
+
+def load_split(train, n, root):
+    images, labels = dltools.data.load_fashion_mnist(train=train, root=root)
+    if n is not None:
+        if not 1 <= n <= len(labels):
+            split = "train" if train else "test"
+            raise ValueError(f"--num-{split} must be between 1 and {len(labels)}, got {n}")
+        images, labels = images[:n], labels[:n]
+    return images, labels
+
+
+def to_input(images, device):
+    # As dltools.load_data_fashion_mnist: uint8 (B, 28, 28) -> float (B, 1, 28, 28) in [0, 1].
+    return images.to(device).unsqueeze(1).float().div_(255)
+
+
+class Trainer:
+    """One run: a fresh network for ``seed``, trained with SGD, scored on the test set per epoch."""
+
+    def __init__(self, kind, batch_size, lr, warmup_epochs, seed, args, device):
+        self.kind, self.device, self.seed = kind, device, seed
+        self.bn_images = args.bn_images
+        self.train_images, self.train_labels = load_split(True, args.num_train, args.data_root)
+        self.test_images, self.test_labels = load_split(False, args.num_test, args.data_root)
+        dltools.seed_everything(seed)
+        net = dltools.resnet18(10, width=args.width)
+        net.apply(dltools.init_weights_normal)  # d2l: N(0, 0.01^2) for Conv2d and Linear weights
+        self.net = net
+        if kind == "ddp":
+            world = dist.get_world_size()
+            self.model = DDP(net.to(device), device_ids=[device] if device.type == "cuda" else None)
+            self.sampler = DistributedSampler(range(len(self.train_labels)), shuffle=True,
+                                              seed=seed)
+            self.batch_size = batch_size // world  # per process; the global batch stays the same
+        else:
+            devices = [device] if kind == "one" else replica_devices(2)
+            self.device = devices[0]  # DataParallel takes its inputs on its first device
+            self.model = dltools.wrap_data_parallel(net, devices)
+            self.generator = torch.Generator().manual_seed(seed)
+            self.batch_size = batch_size
+        self.steps_per_epoch = -(-len(self._order(0)) // self.batch_size)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+        warmup = warmup_epochs * self.steps_per_epoch  # in steps: lr grows linearly to its value
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+        self.loss = nn.CrossEntropyLoss()
+
+    def _order(self, epoch):
+        if self.kind == "ddp":
+            self.sampler.set_epoch(epoch)
+            return torch.tensor(list(self.sampler))
+        return torch.randperm(len(self.train_labels), generator=self.generator)
+
+    def _run_batch(self, X, y):
+        self.optimizer.zero_grad()
+        y_hat = self.model(X)
+        loss = self.loss(y_hat, y)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        return float(loss.detach()) * len(y), dltools.accuracy(y_hat.detach(), y)
+
+    def _run_epoch(self, epoch):
+        self.model.train()
+        order, totals = self._order(epoch), [0.0, 0.0, 0]  # loss sum, correct, examples
+        for i in range(0, len(order), self.batch_size):
+            idx = order[i:i + self.batch_size]
+            X, y = to_input(self.train_images[idx], self.device), self.train_labels[idx]
+            loss_sum, correct = self._run_batch(X, y.to(self.device))
+            totals = [totals[0] + loss_sum, totals[1] + correct, totals[2] + len(idx)]
+        if self.kind == "ddp":  # each process saw its shard: sum over all of them
+            t = torch.tensor(totals, dtype=torch.float64, device=self.device)
+            dist.all_reduce(t)
+            totals = t.tolist()
+        return totals[0] / totals[2], totals[1] / totals[2]
+
+    def _test_accuracy(self, net=None):
+        """Under DDP every process holds the same parameters, and its BatchNorm buffers are rank
+        0's from the start of the last step (DDP broadcasts them before each forward) plus its own
+        last update: rank 0 scores the whole test set with its own."""
+        net = self.net if net is None else net
+        net.eval()
+        correct = 0.0
+        with torch.no_grad():
+            for i in range(0, len(self.test_labels), 1000):
+                X = to_input(self.test_images[i:i + 1000], self.device)
+                correct += dltools.accuracy(net(X), self.test_labels[i:i + 1000].to(self.device))
+        return correct / len(self.test_labels)
+
+    def _recalibrated_accuracy(self):
+        """Test accuracy after re-estimating BatchNorm's running statistics on training images.
+
+        The running statistics are an exponential average (momentum 0.1) that lags behind the
+        weights. A copy of the network with them recomputed as a plain average over the first
+        ``--bn-images`` training images (in training mode, in batches of the training batch size,
+        without gradients) tells weights that are worse from running statistics that have not
+        caught up yet."""
+        net = copy.deepcopy(self.net)
+        for m in net.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.reset_running_stats()
+                m.momentum = None  # a cumulative average over the batches below
+        net.train()
+        n = min(self.bn_images, len(self.train_labels))
+        with torch.no_grad():
+            for i in range(0, n, self.batch_size):
+                net(to_input(self.train_images[i:min(i + self.batch_size, n)], self.device))
+        return self._test_accuracy(net)
+
+    def train(self, num_epochs):
+        # Under DDP only rank 0 scores (it writes the report); the others go on to the next
+        # epoch's first all-reduce and wait there, leaving the cores to rank 0.
+        scores = self.kind != "ddp" or dist.get_rank() == 0
+        history = []
+        for epoch in range(num_epochs):
+            tik = time.perf_counter()
+            train_loss, train_acc = self._run_epoch(epoch)
+            seconds = time.perf_counter() - tik
+            history.append({"epoch": epoch + 1, "steps": (epoch + 1) * self.steps_per_epoch,
+                            "train_loss": train_loss, "train_acc": train_acc,
+                            "test_acc": self._test_accuracy() if scores else None,
+                            "test_acc_recalibrated_bn":
+                                self._recalibrated_accuracy() if scores else None,
+                            "seconds": seconds})
+        return history
+
+
+def replica_devices(n):
+    """n GPUs if the machine has them, else the CPU n times (thread replicas)."""
+    if torch.cuda.device_count() >= n:
+        return [torch.device("cuda", i) for i in range(n)]
+    return [torch.device("cpu")] * n
+
+
+def run_one(name, seed, args, device=None):
+    """Train configuration ``name`` with ``seed``; return its record for the report."""
+    kind, batch, lr, warm = CONFIGS[name]
+    batch //= args.batch_divisor
+    if device is None:
+        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    trainer = Trainer(kind, batch, lr, args.warmup_epochs if warm else 0, seed, args, device)
+    history = trainer.train(args.epochs)
+    return {"config": name, "seed": seed, "devices": kind, "batch_size": batch, "lr": lr,
+            "warmup_epochs": args.warmup_epochs if warm else 0,
+            "steps_per_epoch": trainer.steps_per_epoch, "history": history,
+            "test_acc": history[-1]["test_acc"]}
+
+
+def _run_in_worker(name, seed, args, threads):
+    torch.set_num_threads(threads)
+    return run_one(name, seed, args)
+
+
+def machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+            "python": platform.python_version(), "torch": torch.__version__,
+            "platform": platform.platform()}
+
+
+def scale(args):
+    return {k: getattr(args, k) for k in ("width", "num_train", "num_test", "epochs",
+                                          "batch_divisor", "warmup_epochs", "bn_images")}
+
+
+def report_scale(report):
+    """The scale a report was run at (reports from before --bn-images existed used 2000)."""
+    return {"bn_images": 2000, **report["scale"]}
+
+
+def load_done(path, args):
+    """Runs already in an earlier report of the same scale (to resume), else none."""
+    if path and Path(path).is_file():
+        old = json.loads(Path(path).read_text())
+        if "scale" in old and report_scale(old) == scale(args):
+            return old["runs"]
+    return []
+
+
+def write_report(path, args, runs, started):
+    report = {"script": "scripts/batch_scaling.py", "command": " ".join(sys.argv),
+              "started": started, "finished": datetime.datetime.now().isoformat(timespec="seconds"),
+              "machine": machine(), "scale": scale(args), "jobs": args.jobs,
+              "torch_threads": torch.get_num_threads(), "runs": runs}
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def plot(report, path):
+    """Test accuracy per epoch and per step: the mean over seeds, and the band from min to max."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
+    for i, name in enumerate(dict.fromkeys(r["config"] for r in report["runs"])):
+        runs = [r for r in report["runs"] if r["config"] == name]
+        for ax, x_key, y_key in zip(axes, ("epoch", "steps", "epoch"),
+                                    ("test_acc", "test_acc", "test_acc_recalibrated_bn")):
+            acc = torch.tensor([[h[y_key] for h in r["history"]] for r in runs])
+            x = [h[x_key] for h in runs[0]["history"]]
+            ax.plot(x, acc.mean(0), marker="o", ms=3, color=f"C{i}",
+                    label=f"{name} ({len(runs)} seeds)")
+            ax.fill_between(x, acc.min(0).values, acc.max(0).values, color=f"C{i}", alpha=0.2)
+    axes[0].set(xlabel="epoch", ylabel="test accuracy", title="per epoch")
+    axes[1].set(xlabel="optimizer steps", title="per step")
+    axes[2].set(xlabel="epoch", title="BatchNorm statistics re-estimated")
+    axes[0].legend(fontsize=8)
+    m, s = report["machine"], report["scale"]
+    fig.suptitle(f"width {s['width']}, {s['num_train'] or 60000} images, batches / "
+                 f"{s['batch_divisor']}; {m['gpus'][0] if m['gpus'] else m['cpu']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--report", help="where to write the results (JSON); also the resume file")
+    p.add_argument("--figure", help="where to save the accuracy curves (PNG)")
+    p.add_argument("--configs", nargs="+", choices=list(CONFIGS),
+                   default=["one-256", "dp-512", "one-512", "one-512-warmup"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--width", type=int, default=64, help="channels of ResNet-18's first stage")
+    p.add_argument("--num-train", type=int, default=None, help="first N training images (all)")
+    p.add_argument("--num-test", type=int, default=None, help="first N test images (all)")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--batch-divisor", type=int, default=1, help="divide every batch by this")
+    p.add_argument("--warmup-epochs", type=int, default=2)
+    p.add_argument("--bn-images", type=int, default=2000,
+                   help="training images to re-estimate BatchNorm's statistics on (the first N)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once, in separate processes")
+    p.add_argument("--data-root", default=None, help="folder holding FashionMNIST/raw/")
+    p.add_argument("--plot-only", action="store_true",
+                   help="only redraw --figure from the runs in --report")
+    args = p.parse_args(argv)
+    for name in ("width", "epochs", "batch_divisor", "jobs", "bn_images"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if 512 % (2 * args.batch_divisor):
+        p.error("--batch-divisor must leave both batches whole and even (a divisor of 256)")
+    return args
+
+
+def main_ddp(args):
+    """Under torchrun: every configuration must be DDP; rank 0 writes the report."""
+    from common import setup_ddp, teardown_ddp  # scripts/common.py, beside this file
+    if set(args.configs) != {"ddp-512"}:
+        sys.exit("under torchrun only --configs ddp-512 runs (the others are one process)")
+    device = setup_ddp()
+    try:
+        started = datetime.datetime.now().isoformat(timespec="seconds")
+        runs = [run_one("ddp-512", seed, args, device) for seed in args.seeds]
+        if dist.get_rank() == 0:
+            write_report(args.report, args, runs, started)
+    finally:
+        teardown_ddp()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.plot_only:
+        return plot(json.loads(Path(args.report).read_text()), args.figure)
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        return main_ddp(args)
+    if "ddp-512" in args.configs:
+        sys.exit("ddp-512 runs one process per device: launch it with\n  torchrun --standalone "
+                 "--nproc_per_node=2 scripts/batch_scaling.py --configs ddp-512 ...")
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    runs = load_done(args.report, args)
+    done = {(r["config"], r["seed"]) for r in runs}
+    todo = [(c, s) for s in args.seeds for c in args.configs if (c, s) not in done]
+    for train in (True, False):  # decode the archives once, before the workers all read them
+        load_split(train, None, args.data_root)
+    threads = max(1, torch.get_num_threads() // args.jobs)
+    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_run_in_worker, c, s, args, threads) for c, s in todo]
+        for (c, s), f in zip(todo, futures):
+            runs.append(f.result())
+            print(f"{c:15s} seed {s}: test acc {runs[-1]['test_acc']:.4f}", flush=True)
+            report = write_report(args.report, args, runs, started)
+    report = write_report(args.report, args, runs, started)
+    if args.figure:
+        plot(report, args.figure)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""scripts/batch_scaling.py: the experiment behind notebook 04's accuracy puzzle, tiny scale."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dltools import distributed as dd
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "batch_scaling.py"
+TINY = ["--width", "2", "--epochs", "2", "--batch-divisor", "8", "--warmup-epochs", "1",
+        "--num-train", "192", "--num-test", "100", "--seeds", "0", "1"]
+
+
+def run(*args, check=True):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True,
+                          text=True, check=check, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bs") / "report.json"
+    run("--configs", "one-256", "one-512", "one-512-warmup", "dp-512", *TINY, "--jobs", "2",
+        "--report", path)
+    return path, json.loads(path.read_text())
+
+
+def test_report_has_every_run_and_epoch(report):
+    _, r = report
+    assert {(x["config"], x["seed"]) for x in r["runs"]} == {
+        (c, s) for c in ("one-256", "one-512", "one-512-warmup", "dp-512") for s in (0, 1)}
+    for x in r["runs"]:
+        assert [h["epoch"] for h in x["history"]] == [1, 2]
+        steps = x["steps_per_epoch"]
+        assert [h["steps"] for h in x["history"]] == [steps, 2 * steps]
+        for h in x["history"]:
+            assert 0 <= h["test_acc"] <= 1 and 0 <= h["test_acc_recalibrated_bn"] <= 1
+    by = {(x["config"], x["seed"]): x for x in r["runs"]}
+    assert by["one-256", 0]["batch_size"] == 32 and by["one-512", 0]["batch_size"] == 64
+    assert by["one-256", 0]["steps_per_epoch"] == 6 and by["one-512", 0]["steps_per_epoch"] == 3
+    assert by["one-512-warmup", 0]["warmup_epochs"] == 1 and by["one-512", 0]["warmup_epochs"] == 0
+    assert r["scale"]["num_train"] == 192 and r["machine"]["torch"]
+    # the seed decides the run: two seeds, two different networks
+    assert by["one-256", 0]["history"] != by["one-256", 1]["history"]
+
+
+def test_runs_are_repeatable_and_resume_skips_done_runs(report, tmp_path):
+    path, r = report
+    again = tmp_path / "again.json"
+    run("--configs", "one-256", *TINY[:-2], "0", "--report", again)
+    first = json.loads(again.read_text())["runs"][0]
+    same = next(x for x in r["runs"] if (x["config"], x["seed"]) == ("one-256", 0))
+    assert [h["test_acc"] for h in first["history"]] == [h["test_acc"] for h in same["history"]]
+    # resuming the full report: nothing left to train, so no run line is printed
+    out = run("--configs", "one-256", "one-512", "one-512-warmup", "dp-512", *TINY,
+              "--report", path).stdout
+    assert "seed" not in out
+
+
+def test_plot_only_redraws_the_figure(report, tmp_path):
+    path, _ = report
+    run("--report", path, "--figure", tmp_path / "f.png", "--plot-only")
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_ddp_needs_torchrun_and_runs_under_it(tmp_path):
+    proc = run("--configs", "ddp-512", *TINY, check=False)
+    assert proc.returncode != 0 and "torchrun" in proc.stderr
+    r = dd.run_torchrun(SCRIPT, 2, "--configs", "ddp-512", *TINY)
+    assert [(x["config"], x["seed"]) for x in r["runs"]] == [("ddp-512", 0), ("ddp-512", 1)]
+    assert r["runs"][0]["batch_size"] == 64 and r["runs"][0]["steps_per_epoch"] == 3
+
+
+def test_bad_arguments_are_refused_with_a_message():
+    proc = run("--batch-divisor", "3", check=False)
+    assert proc.returncode == 2 and "--batch-divisor" in proc.stderr
+
+
+def test_the_committed_results_match_the_committed_script():
+    """results/batch_scaling_cpu.json (read by notebook 04) was written by this script: its command
+    parses with today's options, and gives the scale the file records."""
+    spec = importlib.util.spec_from_file_location("batch_scaling", SCRIPT)
+    batch_scaling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(batch_scaling)
+    results = json.loads((ROOT / "results" / "batch_scaling_cpu.json").read_text())
+    command = results["command"].split()
+    assert command[0] == "scripts/batch_scaling.py"
+    args = batch_scaling.parse_args(command[1:])
+    assert batch_scaling.scale(args) == batch_scaling.report_scale(results)
+    assert {r["config"] for r in results["runs"]} <= set(batch_scaling.CONFIGS)
+    assert all(len(r["history"]) == results["scale"]["epochs"] for r in results["runs"])

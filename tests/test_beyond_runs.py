@@ -1,0 +1,69 @@
+"""dltools.beyond's workers, run for real: 2 processes (gloo on CPU), every technique in one launch.
+
+One launch (about 20 s on 2 busy cores) checks what notebook 05 relies on: each technique trains
+like one process, the memory each rank holds matches the 1/N formulas, and the collectives are
+the ones the notebook names.
+"""
+import pytest
+
+from dltools.beyond.pipeline import bubble_fraction, logical_timeline, max_in_flight
+from dltools.beyond.runs import CONFIG, RUNNERS, predicted_memory, run_all
+from dltools.distributed import launch
+
+SMALL = {**CONFIG, "width": 32, "batch": 16,
+         "pipeline": {"width": 32, "depth": 4, "batch": 16, "microbatches": (2, 4)}}
+
+
+@pytest.fixture(scope="module")
+def results():
+    return launch(run_all, 2, SMALL, timeout=120)
+
+
+def test_every_technique_trains_like_one_process(results):
+    for r in results:
+        for name in RUNNERS:
+            assert r[name]["losses"] == pytest.approx(r[name]["ref_losses"], rel=1e-5), name
+            assert r[name]["grad_diff"] < 1e-5 and r[name]["param_diff"] < 1e-3, name
+
+
+def test_memory_per_rank_matches_the_formulas(results):
+    for r in results:
+        for name in RUNNERS:
+            predicted = predicted_memory(name, SMALL, 2)
+            measured = r[name]["memory"]
+            for part in ("params", "grads", "optimizer"):
+                assert measured[part] == pytest.approx(predicted[part], rel=0.01), (name, part)
+    for r in results:   # ZeRO-2 holds shards + gathered parameters between forward and backward
+        p = 4 * r["ddp"]["num_params"]
+        assert r["fsdp_zero2"]["held_after_forward"] == {"sharded": p // 2, "unsharded": p}
+        assert r["fsdp_zero3"]["held_after_forward"] == {"sharded": p // 2, "unsharded": 0}
+        assert r["fsdp_zero2"]["held_after_step"] == {"sharded": p // 2, "unsharded": 0}
+    ddp, zero3 = results[0]["ddp"]["memory"], results[0]["fsdp_zero3"]["memory"]
+    assert zero3["params"] * 2 == ddp["params"]         # the shards really are halves
+
+
+def test_collectives_are_the_expected_ones(results):
+    model_bytes = 4 * results[0]["ddp"]["num_params"]
+    assert results[0]["ddp"]["comm"] == {"all_reduce": model_bytes}
+    for name in ("ddp", "zero1"):   # the hook's count against the parameters' own bytes
+        assert results[0][name]["comm"]["all_reduce"] == results[0][name]["grad_bytes"]
+        assert results[0][name]["backward_seen_by_dispatcher"] == {"all_reduce": model_bytes}
+    assert results[0]["zero1"]["comm"] == {"all_reduce": model_bytes, "broadcast": model_bytes}
+    assert results[0]["fsdp_zero3"]["comm"] == {
+        "forward": {"all_gather": model_bytes},
+        "backward": {"all_gather": model_bytes, "reduce_scatter": model_bytes}}
+    assert results[0]["fsdp_zero2"]["comm"]["backward"] == {"reduce_scatter": model_bytes}
+    assert results[0]["tp"]["calls"] == {"forward": {"all_reduce": 4},
+                                         "backward": {"all_reduce": 4}}
+
+
+def test_pipeline_matches_one_process_and_its_schedules(results):
+    for key in (("gpipe", 2), ("gpipe", 4), ("1f1b", 2), ("1f1b", 4)):
+        events = [e for r in results for e in r["pipeline"]["runs"][key]["events"]]
+        assert all(r["pipeline"]["runs"][key]["grad_diff"] < 1e-5 for r in results)
+        last = results[1]["pipeline"]["runs"][key]
+        assert last["loss"] == pytest.approx(last["ref_loss"], rel=1e-5)
+        m = key[1]
+        assert [max_in_flight(events, s) for s in (0, 1)] == (
+            [m, m] if key[0] == "gpipe" else [2, 1])
+        assert bubble_fraction(logical_timeline(events)) == pytest.approx(1 / (m + 1))

@@ -1,0 +1,151 @@
+"""Notebook 03's exercise checks: right answers pass, typical wrong answers fail."""
+import importlib.util
+import inspect
+
+import pytest
+
+import checks_03 as checks
+
+
+def verdict(capsys, check, answer):
+    ok = check(answer)
+    return ok, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check, right", [
+    (checks.check_ring_bytes_per_rank, 175),
+    (checks.check_ring_bytes_per_rank, 175.0),
+    (checks.check_per_rank_batch, 24),
+    (checks.check_without_set_epoch, "b"),
+    (checks.check_without_set_epoch, " B "),
+    (checks.check_padded_shards, (3, 2)),
+    (checks.check_padded_shards, [3, 2]),
+])
+def test_right_answers_pass(capsys, check, right):
+    ok, out = verdict(capsys, check, right)
+    assert ok is True and out.startswith("Correct:")
+
+
+@pytest.mark.parametrize("check, wrong", [
+    (checks.check_ring_bytes_per_rank, 1400),      # the naive root's traffic, both ways
+    (checks.check_ring_bytes_per_rank, 700),       # the naive root's sends
+    (checks.check_ring_bytes_per_rank, 87.5),      # reduce-scatter only
+    (checks.check_ring_bytes_per_rank, 200),       # 2P
+    (checks.check_ring_bytes_per_rank, 12.5),      # one chunk
+    (checks.check_ring_bytes_per_rank, "175"),
+    (checks.check_ring_bytes_per_rank, True),
+    (checks.check_per_rank_batch, 96),
+    (checks.check_per_rank_batch, 24.0),           # not an int
+    (checks.check_per_rank_batch, 24.9),           # int() would truncate this to 24
+    (checks.check_per_rank_batch, "24"),
+    (checks.check_per_rank_batch, 384),
+    (checks.check_without_set_epoch, "c"),
+    (checks.check_without_set_epoch, "a"),
+    (checks.check_without_set_epoch, "d"),
+    (checks.check_without_set_epoch, "b) same order"),
+    (checks.check_without_set_epoch, 2),
+    (checks.check_padded_shards, (2, 0)),          # drop_last=True
+    (checks.check_padded_shards, (3, 0)),          # thinks the shards never overlap
+    (checks.check_padded_shards, (2.5, 0)),
+    (checks.check_padded_shards, (3.0, 2.0)),
+    (checks.check_padded_shards, 3),
+    (checks.check_padded_shards, (3, 2, 0)),
+])
+def test_typical_wrong_answers_fail(capsys, check, wrong):
+    ok, out = verdict(capsys, check, wrong)
+    assert ok is False and out.startswith("Not yet:")
+
+
+@pytest.mark.parametrize("check", [checks.check_ring_bytes_per_rank, checks.check_per_rank_batch,
+                                   checks.check_without_set_epoch, checks.check_padded_shards,
+                                   checks.check_ddp_worker])
+def test_unanswered_and_no_answer_in_the_help(capsys, check):
+    ok, out = verdict(capsys, check, None)
+    assert ok is False and out.startswith("Not answered yet")
+    shown = (check.__doc__ or "") + str(inspect.signature(check))
+    for secret in ("175", "24", "'b'", "(3, 2)", "DDP(", "same order", "seed + epoch"):
+        assert secret not in shown
+
+
+# ------------------------------------------------------------------ coding: the DDP lines
+
+
+def right_worker(dataset, global_batch_size, lr, num_epochs):
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    from dltools.distributed import rank_device
+
+    device = rank_device()
+    torch.manual_seed(0)
+    model = nn.Linear(8, 3).to(device)
+    model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=global_batch_size // dist.get_world_size(),
+                        sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for epoch in range(num_epochs):
+        sampler.set_epoch(epoch)
+        for X, y in loader:
+            X, y = X.to(device), y.to(device)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(X), y).backward()
+            optimizer.step()
+    return {k: v.cpu() for k, v in model.module.state_dict().items()}
+
+
+WRONG = {  # the typical mistakes, as edits of right_worker's source
+    "no_ddp": [("    model = DDP(model, device_ids=[device.index] if device.type == \"cuda\" "
+                "else None)\n", ""), ("model.module.state_dict()", "model.state_dict()")],
+    "no_set_epoch": [("        sampler.set_epoch(epoch)\n", "")],
+    "global_batch_per_rank": [("batch_size=global_batch_size // dist.get_world_size()",
+                               "batch_size=global_batch_size")],
+    "module_prefix": [("model.module.state_dict()", "model.state_dict()")],
+    "no_sampler": [("sampler=sampler)", "shuffle=True)")],
+    "raises": [("optimizer.step()", "optimizer.step(); 1 / 0")],
+    "rank0_only": [("    return {k: v.cpu()", "    if dist.get_rank():\n        return None\n"
+                    "    return {k: v.cpu()")],
+}
+
+
+def make_worker(name, folder):
+    """A mistaken copy of right_worker, written to a module as a learner's cell would define it."""
+    source = inspect.getsource(right_worker)
+    for old, new in WRONG[name]:
+        assert old in source, old
+        source = source.replace(old, new)
+    path = folder / f"learner_{name}.py"
+    path.write_text(source.replace("def right_worker", f"def {name}"))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def test_ddp_worker_right(capsys):
+    ok, out = verdict(capsys, checks.check_ddp_worker, right_worker)
+    assert ok is True and out.startswith("Correct:")
+
+
+@pytest.mark.parametrize("name, words", [
+    ("no_ddp", "Wrap the model in DDP"),
+    ("no_set_epoch", "set_epoch"),
+    ("global_batch_per_rank", "6 examples per step"),
+    ("module_prefix", "model.module.state_dict()"),
+    ("no_sampler", "DistributedSampler"),
+    ("raises", "ZeroDivisionError"),
+    ("rank0_only", "on every rank"),
+])
+def test_ddp_worker_wrong(capsys, tmp_path, name, words):
+    ok, out = verdict(capsys, checks.check_ddp_worker, make_worker(name, tmp_path))
+    assert ok is False and out.startswith("Not yet:") and words in out, out
+
+
+@pytest.mark.parametrize("wrong", ["right_worker", right_worker.__call__, print])
+def test_ddp_worker_not_a_function(capsys, wrong):
+    ok, out = verdict(capsys, checks.check_ddp_worker, wrong)
+    assert ok is False and out.startswith("Not yet:")

@@ -1,0 +1,78 @@
+"""Notebook 04's exercise checks: right answers pass, typical wrong answers fail, and no answer
+shows in Jupyter's help (the signature and the docstring)."""
+import inspect
+
+import pytest
+
+import checks_04 as checks
+
+
+@pytest.mark.parametrize("check, right, wrongs", [
+    (checks.check_steps_in_ten_epochs, 1180, [2350, 1170, 118, 1180.4, "1180", True]),
+    (checks.check_scaled_lr, 0.4, [0.2, 0.1, 0.8, 0.41, "0.4", True]),
+    (checks.check_bn_rows_per_replica, 128, [512, 256, 127.9, (128,), True]),
+    (checks.check_reinit_keeps, "batchnorm weight", ["conv weight", "linear weight", "bias", 3]),
+])
+def test_right_answer_passes_and_wrong_ones_fail(check, right, wrongs, capsys):
+    assert check(right) is True
+    assert "Correct" in capsys.readouterr().out
+    for wrong in wrongs:
+        assert check(wrong) is False, wrong
+    assert check(None) is False
+    assert "Not answered yet" in capsys.readouterr().out
+
+
+def test_scaled_lr_names_the_square_root_rule(capsys):
+    assert checks.check_scaled_lr(0.2) is False
+    assert "square-root" in capsys.readouterr().out
+
+
+def test_warmup_schedule_runs_the_learners_function(capsys):
+    steps = 2 * 118
+
+    def right(step):
+        return 0.2 * min(1.0, (step + 1) / steps)
+
+    assert checks.check_warmup_schedule(right) is True
+    wrongs = {
+        "no warm-up": lambda step: 0.2,
+        "off by one": lambda step: 0.2 * min(1.0, step / steps),
+        "one epoch": lambda step: 0.2 * min(1.0, (step + 1) / 118),
+        "to lr 0.1": lambda step: 0.1 * min(1.0, (step + 1) / steps),
+    }
+    for name, fn in wrongs.items():
+        capsys.readouterr()
+        assert checks.check_warmup_schedule(fn) is False, name
+        assert "Not yet" in capsys.readouterr().out
+    assert checks.check_warmup_schedule(lambda step: 1 / 0) is False
+    assert "ZeroDivisionError" in capsys.readouterr().out
+    assert checks.check_warmup_schedule(0.2) is False
+    assert checks.check_warmup_schedule(None) is False
+
+
+@pytest.mark.parametrize("name, answers", [
+    ("check_steps_in_ten_epochs", ["1180", "118 "]),
+    ("check_scaled_lr", ["0.4"]),
+    ("check_bn_rows_per_replica", ["128"]),
+    ("check_reinit_keeps", ["keeps its value", "only touches"]),  # the question lists all choices
+    ("check_warmup_schedule", ["236", "(step + 1)"]),
+])
+def test_help_does_not_give_the_answer_away(name, answers):
+    fn = getattr(checks, name)
+    shown = str(inspect.signature(fn)) + (fn.__doc__ or "") + (checks.__doc__ or "")
+    for answer in answers:
+        assert answer not in shown, (name, answer)
+
+
+def test_every_check_is_tested():
+    tested = {"check_steps_in_ten_epochs", "check_scaled_lr", "check_bn_rows_per_replica",
+              "check_reinit_keeps", "check_warmup_schedule"}
+    assert {n for n in dir(checks) if n.startswith("check_")} == tested
+
+
+def test_whole_numbers_computed_as_floats_pass():
+    """512 / 4 is 128.0 in Python 3, and numpy's ceil returns floats: both are right answers."""
+    import numpy as np
+    assert checks.check_bn_rows_per_replica(512 / 4) is True
+    assert checks.check_steps_in_ten_epochs(np.ceil(60000 / 512) * 10) is True
+    assert checks.check_steps_in_ten_epochs(np.int64(1180)) is True
