@@ -21,6 +21,7 @@ is hosted by the calling process on a port the operating system chooses, so a bu
 """
 import contextlib
 import datetime
+import gc
 import json
 import logging
 import os
@@ -213,6 +214,10 @@ def _worker(fn, args, backend, timeout, store_host, store_port):
         _record_failure(store, rank)  # before leaving the group, which makes the others fail
         raise
     finally:
+        # A DDP model that ``fn`` built keeps the group alive (its reducer holds it), and DDP sits
+        # in reference cycles: collect it now, or gloo is torn down at interpreter exit and the
+        # worker aborts ("terminate called without an active exception").
+        gc.collect()
         dist.destroy_process_group()
 
 
@@ -419,9 +424,11 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
     After ``timeout`` seconds the whole process group of torchrun and its workers is stopped.
 
     >>> import os, tempfile; path = os.path.join(tempfile.mkdtemp(), 'hello.py')
-    >>> _ = open(path, 'w').write("import os; print('rank', os.environ['RANK'])")
-    >>> sorted(run_torchrun(path, 2, report=False).split())
-    ['0', '1', 'rank', 'rank']
+    >>> # os.write: one write each, so the two processes' output cannot interleave mid-word
+    >>> code = "import os; os.write(1, b'rank %s;' % os.environ['RANK'].encode())"
+    >>> _ = open(path, 'w').write(code)
+    >>> import re; sorted(re.findall('rank [0-9]', run_torchrun(path, 2, report=False)))
+    ['rank 0', 'rank 1']
     """
     script = Path(script)
     if not script.is_file():

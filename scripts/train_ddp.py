@@ -85,6 +85,7 @@ def main(args):
         write_report(args.report, world_size=world_size, losses=losses, fingerprints=fingerprints,
                      seconds=seconds, sec_per_step=seconds / steps,
                      examples_per_sec=args.epochs * len(dataset) / seconds)
+    del trainer, model  # DDP holds the process group: free it before leaving the group
     teardown_ddp()
 
 

@@ -118,6 +118,7 @@ def main(args):
                      **summary(args, trainer, history, seconds, device),
                      params_identical=len(set(fingerprints)) == 1, fingerprints=fingerprints,
                      **shard_report(shards, trainer.orders, len(train_set)))
+    del trainer, model  # DDP holds the process group: free it before leaving the group
     teardown_ddp()
 
 

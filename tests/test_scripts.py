@@ -22,8 +22,8 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 ARGS = ["--epochs", "2", "--batch-size", "96", "--num-train", "576", "--lr", "0.1"]
 
 # (single-device script, its DDP twin, most changed lines allowed).
-PAIRS = [("train_single.py", "train_ddp.py", 60),
-         ("train_resnet_single.py", "train_resnet_ddp.py", 80)]
+PAIRS = [("train_single.py", "train_ddp.py", 62),
+         ("train_resnet_single.py", "train_resnet_ddp.py", 82)]
 DDP_SCRIPTS = [ddp for _, ddp, _ in PAIRS]
 # Notebook 04's experiment script: one file for every configuration, single-process and DDP
 # (under torchrun). It has no twin to diff against, but it has the family's shape.
