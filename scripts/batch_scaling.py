@@ -15,9 +15,12 @@ every epoch:
 Two devices are two GPUs when there are, else two CPU replicas in threads (dltools.parallel). The
 seed's configuration (all 60,000 images, width 64) on GPUs:
 
-    python scripts/batch_scaling.py --report bs.json --figure bs.png
+    python scripts/batch_scaling.py --report bs.json
     torchrun --standalone --nproc_per_node=2 scripts/batch_scaling.py --configs ddp-512 \\
-        --report ddp.json
+        --report bs.json
+    python scripts/batch_scaling.py --report bs.json --figure bs.png --plot-only
+
+(the DDP runs are added to the same report, which keeps runs of the same scale).
 
 On a 2-core CPU, the committed results (results/batch_scaling_cpu.json) came from:
 
@@ -316,7 +319,18 @@ def main_ddp(args):
     device = setup_ddp()
     try:
         started = datetime.datetime.now().isoformat(timespec="seconds")
-        runs = [run_one("ddp-512", seed, args, device) for seed in args.seeds]
+        # rank 0 reads --report (runs of the same scale are kept, so the one-process runs and the
+        # DDP runs can share one file, and done DDP runs are skipped) and tells the others
+        plan = [load_done(args.report, args) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(plan, src=0)   # a Python object: pickled, sent through gloo/nccl
+        runs = plan[0]
+        done = {(r["config"], r["seed"]) for r in runs}
+        for seed in args.seeds:
+            if ("ddp-512", seed) in done:
+                continue
+            runs.append(run_one("ddp-512", seed, args, device))
+            if dist.get_rank() == 0:
+                write_report(args.report, args, runs, started)
         if dist.get_rank() == 0:
             write_report(args.report, args, runs, started)
     finally:

@@ -74,6 +74,17 @@ def test_ddp_needs_torchrun_and_runs_under_it(tmp_path):
     assert r["runs"][0]["batch_size"] == 64 and r["runs"][0]["steps_per_epoch"] == 3
 
 
+def test_ddp_runs_join_the_one_process_report(report, tmp_path):
+    path, one_process = report
+    shared = tmp_path / "shared.json"
+    shared.write_text(path.read_text())
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(SCRIPT), "--configs", "ddp-512", *TINY[:-1], "--report", str(shared)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+    runs = [(x["config"], x["seed"]) for x in json.loads(shared.read_text())["runs"]]
+    assert runs == [(x["config"], x["seed"]) for x in one_process["runs"]] + [("ddp-512", 0)]
+
+
 def test_bad_arguments_are_refused_with_a_message():
     proc = run("--batch-divisor", "3", check=False)
     assert proc.returncode == 2 and "--batch-divisor" in proc.stderr

@@ -39,8 +39,12 @@ def tensor_nbytes(t):
 
 
 def allocated_bytes(device):
-    """Peak bytes the CUDA caching allocator handed out on ``device`` (``None`` on a CPU, which
-    has no such counter: there the tensor bytes of :func:`state_bytes` are the measurement).
+    """Peak bytes the CUDA caching allocator handed out on ``device`` since its last
+    ``torch.cuda.reset_peak_memory_stats`` (:func:`~dltools.beyond.runs.run_all` resets it before
+    each technique). ``None`` on a CPU, which has no such counter: there the tensor bytes of
+    :func:`state_bytes` are the measurement. The peak counts everything the run allocated on the
+    device: activations, communication buffers and, for the runs that keep one, the
+    single-process reference model they compare with, so it is above :func:`state_bytes`.
 
     >>> allocated_bytes(torch.device("cpu")) is None
     True

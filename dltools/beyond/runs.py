@@ -5,11 +5,12 @@ Starting worker processes costs seconds each time, so :func:`run_all` runs DDP, 
 after the other in the same process group and returns all their results
 (``tests/test_beyond_runs.py`` runs it).
 """
+import torch
 import torch.distributed as dist
 
 from .fsdp import fsdp_run
 from .memory import per_rank_bytes
-from .model import make_model
+from .model import make_model, rank_device
 from .pipeline import pipeline_run
 from .tensor_parallel import tp_run
 from .zero import zero1_run
@@ -36,7 +37,12 @@ def run_all(config):
     runs when there are 2 or more ranks and ``config["pipeline"]`` is set.
     """
     common = {k: config[k] for k in ("width", "depth", "batch", "steps", "lr")}
-    result = {name: RUNNERS[name](common) for name in config.get("techniques", RUNNERS)}
+    device = rank_device()
+    result = {}
+    for name in config.get("techniques", RUNNERS):
+        if device.type == "cuda":   # each technique's ``allocated`` peak is its own
+            torch.cuda.reset_peak_memory_stats(device)
+        result[name] = RUNNERS[name](common)
     result["pipeline"] = None
     world = dist.get_world_size()
     if world > 1 and config.get("pipeline"):
