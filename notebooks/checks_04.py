@@ -47,9 +47,11 @@ def check_scaled_lr(answer):
     expected = _LR_1 * batch / _BATCH_1
     ok = isinstance(answer, numbers.Real) and not isinstance(answer, bool) and math.isclose(
         float(answer), expected, rel_tol=1e-6)
-    if answer is not None and isinstance(answer, numbers.Real) and math.isclose(
-            float(answer), _LR_1 * math.sqrt(batch / _BATCH_1), rel_tol=1e-6):
-        hint = "that is the square-root rule; the linear rule scales with the batch itself."
+    real = answer is not None and isinstance(answer, numbers.Real) and not isinstance(answer, bool)
+    sqrt_rule = _LR_1 * math.sqrt(batch / _BATCH_1)     # here also the seed's rate at batch 512
+    if real and math.isclose(float(answer), sqrt_rule, rel_tol=1e-6):
+        hint = (f"{sqrt_rule:g} is what the square-root rule gives, and the seed's rate for batch "
+                f"{_BATCH_2}; the linear rule multiplies by the factor the global batch grew by.")
     else:
         hint = "the rule multiplies the learning rate by the factor the batch grew by."
     return report(ok, f"{_LR_1} x {batch} / {_BATCH_1} = {expected:g}, reached gradually, with a "
@@ -72,6 +74,8 @@ def check_bn_rows_per_replica(answer):
 def check_reinit_keeps(answer):
     """Which of 'conv weight', 'linear weight' and 'batchnorm weight' keeps its old value?"""
     choices = ("conv weight", "linear weight", "batchnorm weight")
+    if isinstance(answer, str):   # 'BatchNorm weight', ' batchnorm  weight' are the same answer
+        answer = " ".join(answer.lower().split())
     if answer is not None and answer not in choices:
         return report(False, "", f"answer with one of {choices}.", answer)
     kept = [c for c in choices if c.split()[0] not in ("conv", "linear")]
@@ -114,9 +118,13 @@ def check_warmup_schedule(lr_at):
     s = bad[0]
     if math.isclose(got[0], 2 * _LR_1):
         hint = "step 0 already uses the full rate: there is no warm-up."
-    elif s == 0 or math.isclose(got[s], expected[s] - 2 * _LR_1 / warmup):
+    elif all(math.isclose(got[t], expected[t] - 2 * _LR_1 / warmup, abs_tol=1e-12)
+             for t in range(warmup)):
         hint = "off by one step: step 0 should already use 1/warmup of the rate (see LambdaLR)."
+    elif not math.isclose(got[-1], 2 * _LR_1):
+        hint = f"after the warm-up the rate stays at the seed's two-GPU rate, {2 * _LR_1:g}."
     else:
-        hint = "the warm-up lasts 2 epochs of the seed's two-GPU run and ends at its rate."
+        hint = (f"the rate should grow linearly over 2 epochs of the two-GPU run "
+                f"({warmup} steps): step k uses {2 * _LR_1:g} * (k + 1) / {warmup}.")
     return report(False, "", f"step {s}: yours {got[s]:.6g}, expected {expected[s]:.6g}; {hint}",
                   lr_at)

@@ -322,7 +322,7 @@ def main_ddp(args):
         # rank 0 reads --report (runs of the same scale are kept, so the one-process runs and the
         # DDP runs can share one file, and done DDP runs are skipped) and tells the others
         plan = [load_done(args.report, args) if dist.get_rank() == 0 else None]
-        dist.broadcast_object_list(plan, src=0)   # a Python object: pickled, sent through gloo/nccl
+        dist.broadcast_object_list(plan, src=0)   # a Python object: pickled, sent through the group
         runs = plan[0]
         done = {(r["config"], r["seed"]) for r in runs}
         for seed in args.seeds:

@@ -24,7 +24,14 @@ def test_right_answer_passes_and_wrong_ones_fail(check, right, wrongs, capsys):
 
 def test_scaled_lr_names_the_square_root_rule(capsys):
     assert checks.check_scaled_lr(0.2) is False
-    assert "square-root" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "square-root" in out and "batch 512" in out
+
+
+@pytest.mark.parametrize("spelling", ["BatchNorm weight", " batchnorm  weight ", "BATCHNORM"
+                                      " WEIGHT"])
+def test_reinit_keeps_accepts_any_case_and_spacing(spelling):
+    assert checks.check_reinit_keeps(spelling) is True
 
 
 def test_warmup_schedule_runs_the_learners_function(capsys):
@@ -34,16 +41,19 @@ def test_warmup_schedule_runs_the_learners_function(capsys):
         return 0.2 * min(1.0, (step + 1) / steps)
 
     assert checks.check_warmup_schedule(right) is True
-    wrongs = {
-        "no warm-up": lambda step: 0.2,
-        "off by one": lambda step: 0.2 * min(1.0, step / steps),
-        "one epoch": lambda step: 0.2 * min(1.0, (step + 1) / 118),
-        "to lr 0.1": lambda step: 0.1 * min(1.0, (step + 1) / steps),
+    wrongs = {   # each mistake, and the hint it must get
+        "no warm-up": (lambda step: 0.2, "no warm-up"),
+        "off by one": (lambda step: 0.2 * min(1.0, step / steps), "off by one"),
+        "one epoch": (lambda step: 0.2 * min(1.0, (step + 1) / 118), "grow linearly over 2"),
+        "to lr 0.1": (lambda step: 0.1 * min(1.0, (step + 1) / steps), "stays at the seed's"),
+        "wrong start": (lambda step: 0.1 if step == 0 else 0.2 * min(1.0, (step + 1) / steps),
+                        "grow linearly over 2"),
     }
-    for name, fn in wrongs.items():
+    for name, (fn, hint) in wrongs.items():
         capsys.readouterr()
         assert checks.check_warmup_schedule(fn) is False, name
-        assert "Not yet" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "Not yet" in out and hint in out, (name, out)
     assert checks.check_warmup_schedule(lambda step: 1 / 0) is False
     assert "ZeroDivisionError" in capsys.readouterr().out
     assert checks.check_warmup_schedule(0.2) is False
