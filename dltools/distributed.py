@@ -277,13 +277,16 @@ def check_all_reduce(sizes, dtype=torch.float32, seed=0):
             "naive_ok": bool(naive_ok), "max_abs_diff": worst}
 
 
-def time_all_reduce(sizes_bytes, repeats=5, algorithms=("builtin", "ring", "naive")):
+def time_all_reduce(sizes_bytes, repeats=5, algorithms=("builtin", "ring", "naive"),
+                    keep_samples=False):
     """Inside a process group: median seconds of an all-reduce of each size (float32), by algorithm.
 
     ``builtin`` is ``dist.all_reduce``. The algorithms take turns within each repeat (builtin,
     ring, naive, builtin, ...), so a slow moment of the machine hits them alike. Each time is the
     slowest rank's (every call starts after a barrier). The result, the same on every rank, is
-    ``{algorithm: [median seconds for each size]}``.
+    ``{algorithm: [median seconds for each size]}``; with ``keep_samples``, every repeat's time
+    instead, ``{algorithm: [[seconds of each repeat] for each size]}``, in the order they ran, so
+    that the k-th samples of two algorithms were taken side by side.
 
     >>> with single_process_group():
     ...     t = time_all_reduce([4096, 65536], repeats=1)
@@ -306,7 +309,8 @@ def time_all_reduce(sizes_bytes, repeats=5, algorithms=("builtin", "ring", "naiv
                 x.fill_(1.0)  # keep the values small: repeated sums would overflow to inf
                 samples[name].append(_slowest_rank_seconds(functions[name], x))
         for name in algorithms:
-            times[name].append(sorted(samples[name])[len(samples[name]) // 2])
+            times[name].append(samples[name] if keep_samples
+                               else sorted(samples[name])[len(samples[name]) // 2])
     return times
 
 
