@@ -88,7 +88,7 @@ def main(argv=None):
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--world-sizes", type=int, nargs="+", default=None,
                    help="default 2 4 (2 with --smoke)")
-    p.add_argument("--repeats", type=int, default=None, help="default 15 (1 with --smoke)")
+    p.add_argument("--repeats", type=int, default=None, help="default 31 (1 with --smoke)")
     p.add_argument("--threads-per-rank", type=int, default=None,
                    help="torch threads in each rank (default: cores / processes, at least 1)")
     args = _common.parse(p, argv)
@@ -103,7 +103,7 @@ def main(argv=None):
 
     sizes = SMOKE_SIZES if args.smoke else FULL_SIZES
     worlds = args.world_sizes or ([2] if args.smoke else [2, 4])
-    repeats = args.repeats or (1 if args.smoke else 15)
+    repeats = args.repeats or (1 if args.smoke else 31)
     load_before = os.getloadavg()
     times, threads, samples = {}, {}, {}
     for n in worlds:

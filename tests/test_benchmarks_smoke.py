@@ -130,3 +130,28 @@ def test_bench_course_runtime(tmp_path):
     for r in rows:
         assert r[1] == "1" and r[2] == "1 passed"
         assert number(r[3]) > 0 and number(r[5]) > 0
+
+
+def test_bench_dp_step(tmp_path):
+    out = run_script("bench_dp_step.py", tmp_path)
+    (headers, rows), = tables(out)
+    assert headers == ["term", "ms", "how"]
+    assert [r[0] for r in rows] == ["compute", "replicate", "transfers", "predicted step",
+                                    "measured step", "residual", "1-device step"]
+    ms = {r[0]: number(r[1]) for r in rows}
+    assert all(ms[k] > 0 for k in ("compute", "replicate", "measured step", "1-device step"))
+    assert ms["predicted step"] == pytest.approx(
+        ms["compute"] + ms["replicate"] + ms["transfers"], abs=1.5)  # cells are rounded
+    assert (tmp_path / "bench_dp_step.png").stat().st_size > 0
+
+
+def test_dp_step_model_counts_each_term_once():
+    import bench_dp_step
+    m = {"part": 0.1, "replicate": 0.02, "bandwidth": 1e9,
+         "bytes": {"scatter": 1e6, "broadcast": 5e6, "gather": 2e6, "output_grads": 2e6,
+                   "reduce": 5e6}}
+    gpus = bench_dp_step.predict(m, 2, parallel_devices=True)
+    # The broadcast's bytes are inside the timed replicate; the rest go through device 0's link.
+    assert gpus == pytest.approx({"compute": 0.1, "replicate": 0.02, "transfers": 0.01})
+    cpus = bench_dp_step.predict(m, 4, parallel_devices=False)
+    assert cpus["compute"] == pytest.approx(0.4)   # CPU replicas share the cores
