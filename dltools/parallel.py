@@ -362,6 +362,9 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=N
         if len(devices) != len(modules):
             raise ValueError(f"{len(modules)} modules but {len(devices)} devices")
     grad_enabled = torch.is_grad_enabled()
+    # As PyTorch's parallel_apply: the caller's current stream on each GPU, read here because the
+    # current stream is per thread; the replicas run on it, after the copies queued there.
+    streams = [torch.cuda.current_stream(d) if d.type == "cuda" else None for d in devices]
     results = [None] * len(modules)
     times = [None] * len(modules)
 
@@ -372,8 +375,9 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=N
             enabled, dtype = _autocast_state(device)
             none = contextlib.nullcontext()
             on_device = torch.cuda.device(device) if device.type == "cuda" else none
+            stream = torch.cuda.stream(streams[i]) if streams[i] is not None else none
             autocast = torch.autocast(device.type, dtype=dtype) if enabled else none
-            with torch.set_grad_enabled(grad_enabled), on_device, autocast:
+            with torch.set_grad_enabled(grad_enabled), on_device, stream, autocast:
                 if not isinstance(inp, (list, tuple)):
                     inp = (inp,)
                 results[i] = ("ok", module(*inp, **kwargs))

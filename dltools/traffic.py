@@ -10,11 +10,13 @@ One place for the formulas, so every notebook and benchmark counts the same way.
   message on real tensors and count the bytes each link carries: an independent check of the
   formulas (and of the values the algorithms deliver).
 
-The algorithms are the ones NCCL uses on GPUs: ring all-reduce, and broadcast/reduce pipelined
-along a chain of devices (each link carries the whole tensor once; the root sends or receives it
-once). ``nn.DataParallel`` broadcasts parameters with ``comm.broadcast_coalesced`` and sums
-gradients with ``comm.reduce_add_coalesced``, both NCCL-backed on GPUs, so its master link carries
-about one model per direction per step, while all links together carry ``k - 1`` models each way.
+The algorithms counted are a ring all-reduce (one of those NCCL chooses from by message size,
+device count and topology, with trees among others, so its numbers are the ring's, not a promise
+of NCCL's), and broadcast/reduce pipelined along a chain of devices, as NCCL runs them (each link
+carries the whole tensor once; the root sends or receives it once). ``nn.DataParallel``
+broadcasts parameters with ``comm.broadcast_coalesced`` and sums gradients with
+``comm.reduce_add_coalesced``, both NCCL-backed on GPUs, so its master link carries about one
+model per direction per step, while all links together carry ``k - 1`` models each way.
 """
 import collections
 import copy
@@ -150,7 +152,9 @@ def dp_step_bytes(module, inputs, num_devices, dim=0):
     outs = _output_shapes(module, chunks[1:])
     params = list(module.parameters())
     model_bytes = tensor_bytes(params) + tensor_bytes(list(module.buffers()))
-    grad_bytes = tensor_bytes([p for p in params if p.requires_grad])
+    # Every parameter is reduced, frozen ones too: they come out of the same Broadcast node, whose
+    # backward receives a zero gradient for each and reduce-adds them all (``ReduceAddCoalesced``).
+    grad_bytes = tensor_bytes(params)
     bcast = collective_bytes("broadcast", model_bytes, k)
     reduce = collective_bytes("reduce", grad_bytes, k)
     to_master = tensor_bytes(outs)

@@ -73,28 +73,34 @@ def check_replica_loss_weights(answer):
 
 
 def check_broadcast_bytes(answer):
-    """Exercise 3: (bytes the master sends, bytes over all links) for the parameter broadcast."""
+    """Exercise 3: (bytes over the master's link, bytes over all links) for one step's parameter
+    broadcast and gradient reduce together."""
     num_params, num_devices, bytes_per_param = 1_000_000, 4, 4
     model = num_params * bytes_per_param
     b = collective_bytes("broadcast", model, num_devices)
-    expected = [b["root_sent"], b["total"]]
+    r = collective_bytes("reduce", model, num_devices)
+    expected = [b["root_sent"] + r["root_received"], b["total"] + r["total"]]
     values = int_list(answer)
     if answer is not None and (values is None or len(values) != 2):
-        hint = "answer with two whole numbers of bytes: (sent by the master, over all links)."
-    elif values == [b["total"], b["total"]]:
-        hint = ("that is what a master sending every copy itself would send; NCCL pipelines the "
-                "broadcast along the devices, so each device forwards what it receives.")
-    elif values is not None and values[1] == num_devices * model:
+        hint = "answer with two whole numbers of bytes: (over the master's link, over all links)."
+    elif values == [b["root_sent"], b["total"]]:
+        hint = ("that is the broadcast in forward; backward sends the gradients the other way, "
+                "and they are as large as the parameters.")
+    elif values is not None and values[0] == values[1]:
+        hint = ("that is what a master sending every copy itself (and receiving every gradient "
+                "itself) would move; NCCL pipelines the broadcast and the reduce along the "
+                "devices, so each device forwards what it receives.")
+    elif values is not None and values[1] == 2 * num_devices * model:
         hint = "the master already holds the parameters: count the copies the other devices need."
     else:
-        hint = ("in a pipelined broadcast each device passes on what it receives: count what "
-                "leaves the master, then what crosses each link between neighbouring devices "
-                "(dltools.traffic.collective_bytes('broadcast', num_bytes, world_size) gives "
-                "both).")
+        hint = ("in a pipelined broadcast each device passes on what it receives, and a pipelined "
+                "reduce is the same chain run backwards: count what leaves and enters the master, "
+                "then what crosses each link between neighbouring devices, in both directions.")
     return report(None if answer is None else values == expected,
-                  f"pipelined broadcast: the master sends {model:,} bytes (one model), and the "
-                  f"{num_devices - 1} other devices each receive a copy: {b['total']:,} bytes over "
-                  "all links, every step.", hint, answer)
+                  f"pipelined broadcast and reduce: the master's link carries one model out and "
+                  f"one model of gradients in ({expected[0]:,} bytes), and each of the "
+                  f"{num_devices - 1} links carries both: {expected[1]:,} bytes over all links, "
+                  "every step.", hint, answer)
 
 
 def check_sync_batchnorm(answer):
@@ -104,7 +110,7 @@ def check_sync_batchnorm(answer):
     ok = answer is nn.SyncBatchNorm or (isinstance(answer, str) and answer.strip().split(".")[-1]
                                         == nn.SyncBatchNorm.__name__)
     return report(ok, "nn.SyncBatchNorm (with DistributedDataParallel) gathers every process's "
-                  "per-channel mean, variance and count.",
+                  "per-channel mean, inverse standard deviation and count.",
                   "the module's name says what it does to the statistics across processes; give "
                   "the class or its exact name.", answer)
 

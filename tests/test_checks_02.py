@@ -18,7 +18,7 @@ def verdict(capsys, check, answer):
     (checks.check_scalar_loss_shape, torch.Size([3])),
     (checks.check_replica_loss_weights, [0.4, 0.4, 0.2]),
     (checks.check_replica_loss_weights, (2 / 5, 2 / 5, 1 / 5)),
-    (checks.check_broadcast_bytes, (4_000_000, 12_000_000)),
+    (checks.check_broadcast_bytes, (8_000_000, 24_000_000)),
     (checks.check_sync_batchnorm, nn.SyncBatchNorm),
     (checks.check_sync_batchnorm, "nn.SyncBatchNorm"),
 ])
@@ -41,11 +41,12 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_replica_loss_weights, ["0.4", "0.4", "0.2"]),
     (checks.check_replica_loss_weights, [True, True, False]),
     (checks.check_replica_loss_weights, 0.4),
-    (checks.check_broadcast_bytes, (12_000_000, 12_000_000)),  # every copy from the master
-    (checks.check_broadcast_bytes, (4_000_000, 16_000_000)),   # a copy to the master too
-    (checks.check_broadcast_bytes, (4_000_000.0, 12_000_000)),
-    (checks.check_broadcast_bytes, 12_000_000),
-    (checks.check_broadcast_bytes, (1_000_000, 3_000_000)),    # parameters, not bytes
+    (checks.check_broadcast_bytes, (4_000_000, 12_000_000)),   # the broadcast alone
+    (checks.check_broadcast_bytes, (24_000_000, 24_000_000)),  # every copy from the master
+    (checks.check_broadcast_bytes, (8_000_000, 32_000_000)),   # a copy to the master too
+    (checks.check_broadcast_bytes, (8_000_000.0, 24_000_000)),
+    (checks.check_broadcast_bytes, 24_000_000),
+    (checks.check_broadcast_bytes, (2_000_000, 6_000_000)),    # parameters, not bytes
     (checks.check_sync_batchnorm, nn.BatchNorm2d),
     (checks.check_sync_batchnorm, "BatchNorm2d"),
     (checks.check_sync_batchnorm, "syncbatchnorm2d"),
@@ -56,9 +57,11 @@ def test_typical_wrong_answers_fail(capsys, check, wrong):
 
 
 def test_hints_do_not_give_the_answer_away(capsys):
-    for answer in ((1_000_000, 3_000_000), (4_000_000, 4_000_000), (3, 3)):
+    for answer in ((1_000_000, 3_000_000), (4_000_000, 12_000_000), (4_000_000, 4_000_000),
+                   (3, 3)):
         _, out = verdict(capsys, checks.check_broadcast_bytes, answer)
-        assert "4,000,000" not in out and "12,000,000" not in out and "once" not in out, out
+        assert "8,000,000" not in out and "24,000,000" not in out and "collective_bytes" not in out
+        assert "once" not in out, out
     _, out = verdict(capsys, checks.check_scalar_loss_shape, (4,))
     assert "(3,)" not in out and "= 2" not in out, out
 

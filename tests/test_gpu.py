@@ -118,3 +118,25 @@ def test_train_resnet_ddp_with_torchrun(nproc):
     assert report["world_size"] == nproc
     assert "nccl" in report["backend"]
     assert report["params_identical"] is True
+
+
+def test_parallel_apply_runs_the_replicas_on_the_callers_stream():
+    # The current CUDA stream is per thread: dltools' replica threads must take the caller's, as
+    # PyTorch's parallel_apply does, or they race the copies queued on it.
+    from torch import nn
+
+    from dltools import parallel
+
+    class RecordStream(nn.Module):
+        def forward(self, x):
+            self.seen = torch.cuda.current_stream(x.device)
+            return x * 2
+
+    devices = [torch.device("cuda", 0)] * 2  # two replica threads on one GPU
+    modules = [RecordStream(), RecordStream()]
+    side = torch.cuda.Stream(devices[0])
+    with torch.cuda.stream(side):
+        outs = parallel.parallel_apply(modules, [(torch.ones(4, device="cuda"),)] * 2,
+                                       devices=devices)
+    assert all(m.seen == side for m in modules)
+    assert all(torch.equal(o.cpu(), torch.full((4,), 2.0)) for o in outs)

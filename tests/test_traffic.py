@@ -1,5 +1,7 @@
 """dltools.traffic: collective byte counts checked against step-by-step simulations, and
 DataParallel's per-step bytes checked against counts made by hand and by running the real steps."""
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -94,7 +96,8 @@ def test_dp_step_bytes_frozen_params_small_batch_and_one_device():
     net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
     net[0].weight.requires_grad_(False)
     t = dp_step_bytes(net, torch.zeros(8, 4), 2)
-    assert t["reduce"]["master_received"] == (4 + 8 + 2) * 4  # frozen 4x4 weight not reduced
+    # The frozen 4x4 weight is reduced too: its zero gradient goes through the same Broadcast node.
+    assert t["reduce"]["master_received"] == (16 + 4 + 8 + 2) * 4
     assert t["broadcast"]["master_sent"] == (16 + 4 + 8 + 2) * 4
     small = dp_step_bytes(net, torch.zeros(2, 4), 8)  # two rows: only two replicas run
     assert small["replicas"] == 2 and small["broadcast"]["total"] == (16 + 4 + 8 + 2) * 4
@@ -183,3 +186,29 @@ def test_a_master_that_sends_every_copy_itself_is_not_what_is_simulated():
     # The naive scheme (master sends k - 1 copies) would put (k-1)S on the master's link.
     _, links = traffic.pipelined_broadcast([torch.zeros(10)], 4)
     assert links[(0, 1)] == 40 and (0, 2) not in links and (0, 3) not in links
+
+
+def test_dp_step_bytes_reduces_frozen_parameters_too():
+    # PyTorch's Broadcast backward reduce-adds a (zero) gradient for every parameter, frozen or not;
+    # so does dltools' Broadcast, whose backward this runs for real.
+    from torch import nn
+
+    from dltools import parallel
+    net = nn.Linear(3, 2)
+    net.weight.requires_grad_(False)
+    t = traffic.dp_step_bytes(net, torch.zeros(4, 3), num_devices=2)
+    assert t["reduce"]["master_received"] == 4 * (6 + 2)
+    seen = []
+    original = parallel.Broadcast.backward
+
+    def recording(ctx, *grads):
+        seen.extend(g.shape for g in grads)
+        return original(ctx, *grads)
+
+    parallel.Broadcast.backward = staticmethod(recording)
+    try:
+        r0, r1 = parallel.replicate(net, ["cpu", "cpu"])
+        (r0(torch.ones(1, 3)) + r1(torch.ones(1, 3))).sum().backward()
+    finally:
+        parallel.Broadcast.backward = staticmethod(original)
+    assert sum(math.prod(s) for s in seen) * 4 == 2 * t["reduce"]["master_received"]
