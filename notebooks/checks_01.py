@@ -11,6 +11,7 @@ operation that mixes two GPUs raises as it would on real ones. So a missing ``.t
 goes unnoticed when every device is the CPU, fails the check here too.
 """
 import traceback
+from unittest import mock
 
 import torch
 from torch import nn
@@ -35,8 +36,7 @@ def _chunk_verdict(answer, batch, num_devices):
                 "being split.")
     else:
         hint = ("torch.chunk gives every chunk ceil(batch / devices) rows, in order, and the last "
-                "one what is left; replicas without rows do not run. Work it out, then try "
-                "dltools.chunk_sizes.")
+                "one what is left; replicas without rows do not run.")
     return report(None if answer is None else values == expected,
                   f"dltools.chunk_sizes({batch}, {num_devices}) = {expected}.", hint, answer)
 
@@ -104,20 +104,45 @@ def _fake_gpus(k):
     return [torch.device("cuda", i) for i in range(k)]
 
 
+def _reference_split(X, y, devices):
+    """How ``nn.DataParallel`` splits a batch (``torch.chunk``'s rule), chunk i on devices[i]."""
+    return ([x.to(d) for x, d in zip(X.chunk(len(devices)), devices)],
+            [t.to(d) for t, d in zip(y.chunk(len(devices)), devices)])
+
+
+def _library_refused(*args, **kwargs):
+    raise RuntimeError("this exercise asks for your own split_batch, not dltools.split_batch")
+
+
+def _call_own(fn, *args):
+    """``_call`` with the library's split_batch unavailable, so a wrapper of it fails too."""
+    with mock.patch.object(dltools, "split_batch", _library_refused), \
+            mock.patch.object(dltools.parallel, "split_batch", _library_refused):
+        return _call(fn, *args)
+
+
 def check_split_batch(split_batch):
-    """Exercise 5: ``split_batch(X, y, devices)``, compared with ``dltools.split_batch``."""
+    """Exercise 5: ``split_batch(X, y, devices)``, run on several batches and devices."""
     if split_batch is None:
         return report(None, "", "", None)
     if not callable(split_batch):
         return report(False, "", "pass the function itself (its name, without calling it).", 0)
+    library = split_batch is dltools.split_batch
+    if library or getattr(split_batch, "__module__", "") == "dltools.parallel":
+        return report(False, "", "that is the library's split_batch: write your own function in "
+                      "the cell above and pass it.", split_batch)
     devices = dltools.try_all_gpus() if dltools.num_gpus() >= 2 else [torch.device("cpu")] * 3
     cases = [(10, 3), (12, 4), (7, 2), (2, 3), (1, 1), (30, 8)]
     for rows, k in cases:
         devs = (devices * k)[:k]
         X = torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3).to(devs[0])
         y = torch.arange(rows).to(devs[0])
-        want_X, want_y = dltools.split_batch(X, y, devs)
-        got, err = _call(split_batch, X, y, devs)
+        want_X, want_y = _reference_split(X, y, devs)
+        got, err = _call_own(split_batch, X, y, devs)
+        if err and "non cpu device" in err:
+            return report(False, "", f"{err}. nn.parallel.scatter (d2l's way) runs only on GPUs; "
+                          "split with tensor.chunk and move each chunk with .to(device), which "
+                          "work on any device.", split_batch)
         if err:
             return report(False, "", err, split_batch)
         try:
@@ -144,7 +169,7 @@ def check_split_batch(split_batch):
         gpus = _fake_gpus(k)
         with FakeTensorMode():
             X, y = torch.zeros(rows, 3, device=gpus[0]), torch.zeros(rows, device=gpus[0])
-            got, err = _call(split_batch, X, y, gpus)
+            got, err = _call_own(split_batch, X, y, gpus)
             if err is None:
                 got_X, got_y = (list(part) for part in got)
                 placed = [t.device for t in got_X] == [t.device for t in got_y] == gpus[:len(got_X)]
@@ -155,12 +180,12 @@ def check_split_batch(split_batch):
                           "move each chunk there with .to(device). (With only CPUs every device is "
                           "the same, so the missing .to() does not show when you run it here.)",
                           split_batch)
-    _, err = _call(split_batch, torch.zeros(4, 3), torch.zeros(5), devices[:2])
+    _, err = _call_own(split_batch, torch.zeros(4, 3), torch.zeros(5), devices[:2])
     if err is None:
         return report(False, "", "X and y with different row counts must raise an error (d2l "
                       "asserts they match): otherwise features and labels get paired wrongly.",
                       split_batch)
-    return report(True, f"your split_batch matches dltools.split_batch on {len(cases)} batches "
+    return report(True, f"your split_batch splits {len(cases)} batches as DataParallel does "
                   "(uneven chunks, fewer rows than devices) and rejects mismatched X and y.", "",
                   split_batch)
 

@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 import checks_01 as checks
+import dltools
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,6 +63,7 @@ def test_hints_do_not_give_the_answer_away(capsys):
     for answer in ([12, 12, 13, 13], [13, 13, 13, 13], [10, 10, 10, 20]):
         _, out = verdict(capsys, checks.check_dp_chunk_sizes, answer)
         assert "13" not in out.replace(str(answer), "") and "11" not in out, out
+        assert "chunk_sizes" not in out, out  # the helper that computes the answer
     for answer in ([2, 1, 1], [1, 1, 1], [11, 11, 10]):
         _, out = verdict(capsys, checks.check_dp_last_batch, answer)
         assert "2, 2" not in out and " 4 " not in out and "= 2" not in out, out
@@ -117,6 +120,15 @@ def split_crashes(X, y, devices):
     raise ValueError("not written yet")
 
 
+def split_wraps_library(X, y, devices):
+    return dltools.split_batch(X, y, devices)
+
+
+def split_d2l_scatter(X, y, devices):  # d2l's exact code: nn.parallel.scatter needs GPUs
+    assert X.shape[0] == y.shape[0]
+    return nn.parallel.scatter(X, devices), nn.parallel.scatter(y, devices)
+
+
 def test_split_batch_right(capsys):
     ok, out = verdict(capsys, checks.check_split_batch, split_right)
     assert ok is True and out.startswith("Correct:")
@@ -127,6 +139,9 @@ def test_split_batch_right(capsys):
     (split_shuffled, "rows are not the right ones"), (split_only_X, "two sequences"),
     (split_crashes, "raised ValueError"), ("split_batch", "function itself"),
     (split_no_to, "must be on devices[i]"),
+    (dltools.split_batch, "the library's split_batch"),
+    (split_wraps_library, "your own split_batch"),
+    (split_d2l_scatter, "runs only on GPUs"),
 ])
 def test_split_batch_wrong(capsys, wrong, words):
     ok, out = verdict(capsys, checks.check_split_batch, wrong)
