@@ -3,6 +3,8 @@
 All layers are ordinary (not lazy) modules, so a freshly built network has real parameters and
 ``DataParallel`` can replicate it before any forward pass.
 """
+import numbers
+
 import torch  # noqa: F401  (the doctests use it)
 from torch import nn
 from torch.nn import functional as F
@@ -60,8 +62,11 @@ def resnet18(num_classes, in_channels=1, width=64):
     >>> resnet18(10, width=16)(torch.rand(2, 1, 28, 28)).shape
     torch.Size([2, 10])
     """
-    if width < 1:
-        raise ValueError(f"width must be a positive number of channels, got {width}")
+    for name, value in (("num_classes", num_classes), ("in_channels", in_channels),
+                        ("width", width)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a whole number of at least 1, got {value!r} "
+                             "(e.g. resnet18(10) for Fashion-MNIST's 10 classes)")
     c = width
     net = nn.Sequential(
         nn.Conv2d(in_channels, c, kernel_size=3, stride=1, padding=1),

@@ -46,6 +46,16 @@ def set_figsize(figsize=(3.5, 2.5)):
     plt.rcParams["figure.figsize"] = figsize
 
 
+def _check_legend(legend):
+    """A legend is None or a list of labels, one per curve: refuse anything else at the call."""
+    if legend is None:
+        return
+    if isinstance(legend, str) or not isinstance(legend, (list, tuple)) \
+            or not all(isinstance(label, str) for label in legend):
+        raise TypeError(f"legend must be a list of strings, one label per curve, got {legend!r} "
+                        "(e.g. legend=['train loss', 'test acc'])")
+
+
 def set_axes(axes, xlabel, ylabel, xlim, ylim, xscale, yscale, legend):
     """Set the labels, limits, scales and legend of matplotlib axes (as d2l does).
 
@@ -80,6 +90,7 @@ def plot(X, Y=None, xlabel=None, ylabel=None, legend=None, xlim=None, ylim=None,
     2
     >>> plt.close('all')
     """
+    _check_legend(legend)
     if legend is None:
         legend = []
     if axes is None:
@@ -157,6 +168,7 @@ class Animator:
     def __init__(self, xlabel=None, ylabel=None, legend=None, xlim=None, ylim=None, xscale="linear",
                  yscale="linear", fmts=("-", "m--", "g-.", "r:"), nrows=1, ncols=1,
                  figsize=(3.5, 2.5)):
+        _check_legend(legend)
         if legend is None:
             legend = []
         self.fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False)

@@ -42,8 +42,17 @@ class Timer:
         return self.times[-1]
 
     def avg(self):
-        """Return the average time (0.0 when nothing was recorded)."""
-        return sum(self.times) / len(self.times) if self.times else 0.0
+        """Return the average recorded time; an error when nothing was recorded yet.
+
+        >>> Timer().avg()
+        Traceback (most recent call last):
+        ...
+        RuntimeError: no time recorded yet: call stop() (or time a with-block) before avg()
+        """
+        if not self.times:
+            raise RuntimeError("no time recorded yet: call stop() (or time a with-block) "
+                               "before avg()")
+        return sum(self.times) / len(self.times)
 
     def sum(self):
         """Return the sum of recorded times."""

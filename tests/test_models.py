@@ -48,3 +48,11 @@ def test_init_weights_normal_only_touches_linear_and_conv():
 def test_resnet18_rejects_bad_width():
     with pytest.raises(ValueError, match="width"):
         dltools.resnet18(10, width=0)
+
+
+@pytest.mark.parametrize("kwargs", [{"num_classes": 0}, {"num_classes": 2.5},
+                                    {"num_classes": 10, "in_channels": 0},
+                                    {"num_classes": True}])
+def test_resnet18_rejects_bad_class_or_channel_counts(kwargs):
+    with pytest.raises(ValueError, match="whole number of at least 1"):
+        dltools.resnet18(**kwargs)

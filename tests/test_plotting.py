@@ -60,3 +60,11 @@ def test_plotting_names_load_lazily_but_always_resolve():
     assert out.split() == ["plot_timeline", "Animator"]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         dltools.nope
+
+
+@pytest.mark.parametrize("legend", [3, "loss", ["loss", 2]])
+def test_a_bad_legend_is_refused_at_the_call(legend):
+    with pytest.raises(TypeError, match="list of strings"):
+        dltools.Animator(legend=legend)
+    with pytest.raises(TypeError, match="list of strings"):
+        dltools.plot([1, 2], [[1, 2]], legend=legend)

@@ -21,10 +21,12 @@ def test_timer_statistics_match_d2l_semantics():
     assert timer.cumsum() == pytest.approx([0.5, 2.0, 3.0])
 
 
-def test_timer_avg_of_nothing_is_zero():
+def test_timer_avg_of_nothing_is_an_error_not_zero():
     timer = dltools.Timer()
-    timer.times.clear()
-    assert timer.avg() == 0.0
+    with pytest.raises(RuntimeError, match="no time recorded yet"):
+        timer.avg()
+    timer.stop()
+    assert timer.avg() == timer.times[0]
 
 
 def test_timer_context_manager_records_one_time():
