@@ -67,9 +67,17 @@ def check_dp_wrapped_key(answer):
                   f"{expected!r}.", hint, answer)
 
 
+def _cuda_numbering(variable):
+    """The physical GPUs behind cuda:0, cuda:1, ... for a CUDA_VISIBLE_DEVICES value."""
+    return [int(index) for index in variable.split(",")]
+
+
+_EXERCISE_4_VARIABLE = "5,2"  # the value exercise 4 sets, as it appears in its text
+
+
 def check_dp_visible_gpus(answer):
     """Exercise 4: (device count, physical GPU behind cuda:0)."""
-    listed = [5, 2]
+    listed = _cuda_numbering(_EXERCISE_4_VARIABLE)
     expected = [len(listed), listed[0]]
     values = int_list(answer)
     if answer is not None and (values is None or len(values) != 2):

@@ -81,6 +81,12 @@ def test_unanswered_and_no_answer_in_the_help(capsys, check):
         assert secret not in shown
 
 
+def test_the_gpu_exercise_source_does_not_show_the_numbers():
+    import inspect
+    source = inspect.getsource(checks.check_dp_visible_gpus)  # what `check_dp_visible_gpus??` shows
+    assert "5, 2" not in source and "[5" not in source and "5,2" not in source
+
+
 # ------------------------------------------------------------------ coding: split_batch
 
 
