@@ -207,7 +207,7 @@ def checkpoint_roundtrip(path):
     equal = all(torch.equal(a, b) for a, b in
                 zip(fresh.state_dict().values(), ddp.module.state_dict().values()))
     return {"rank": rank, "differed_before": differed, "equal_after": equal,
-            "loaded_to": str(next(fresh.parameters()).device)}
+            "loaded_to": str(next(iter(state.values())).device)}  # where map_location put it
 
 
 def internals_demo(checkpoint_path, small_cap_mb=0.25):
@@ -231,3 +231,29 @@ def run_source(source, name, *args):
     exec(compile(textwrap.dedent(source), "<your worker>", "exec"), namespace)  # noqa: S102
     return namespace[name](*args)
 
+
+
+class _Recorded(torch.utils.data.Dataset):
+    """A dataset that records, in this process, the index of every example read from it."""
+
+    def __init__(self, dataset):
+        self.dataset, self.seen = dataset, []
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        self.seen.append(int(index))
+        return self.dataset[index]
+
+
+def run_worker_for_check(source, name, dataset, *args):
+    """``run_source`` for an exercise check: returns ``(result, indices read on this rank)``.
+
+    Each rank's random generator is seeded with its rank first, so ranks that build their models
+    without seeding start apart and only DDP's broadcast of rank 0's parameters makes them equal;
+    the dataset records the examples each rank reads, so the check can see how the data was split.
+    """
+    torch.manual_seed(dist.get_rank())
+    recorded = _Recorded(dataset)
+    return run_source(source, name, recorded, *args), recorded.seen

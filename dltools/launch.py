@@ -7,9 +7,10 @@ the machinery they use without needing to read it. Every public name here is als
 
 **One device rule** for every worker and script (the training scripts' ``setup_ddp()`` calls
 :func:`setup_process_group`): a rank uses ``cuda:LOCAL_RANK`` when the machine has a GPU for each
-of its local processes, and makes it the current CUDA device (NCCL's ``barrier`` and object
-collectives use the current device); otherwise every rank uses the CPU. The process group gets
-gloo for CPU tensors and, when the ranks have GPUs, NCCL for CUDA tensors
+of its local processes, and makes it the current CUDA device (so that a bare ``"cuda"`` means
+it; the group is also bound to it with ``device_id=``, which ``barrier`` uses, and object
+collectives go through the group's gloo half); otherwise every rank uses the CPU. The process
+group gets gloo for CPU tensors and, when the ranks have GPUs, NCCL for CUDA tensors
 (``"cpu:gloo,cuda:nccl"``), so a collective works whatever device its tensors are on.
 
 ``launch(fn, world_size, *args)`` runs ``fn(*args)`` in ``world_size`` processes that each have
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -95,6 +97,10 @@ def rank_device():
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         return device
+    if torch.cuda.is_available():
+        warnings.warn(f"{torch.cuda.device_count()} GPU(s) for {local_world_size} processes on "
+                      "this node: every rank runs on the CPU (gloo). Start one process per GPU "
+                      f"(--nproc_per_node={torch.cuda.device_count()}) to use them.", stacklevel=2)
     return torch.device("cpu")
 
 
@@ -421,7 +427,8 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
     set (cores / processes) so torchrun does not warn. With ``report=True`` the script gets
     ``--report PATH`` appended, rank 0 writes a JSON file there, and that dict is returned with the
     run's output under ``'log'``; otherwise the output (stdout and stderr together) is returned.
-    After ``timeout`` seconds the whole process group of torchrun and its workers is stopped.
+    After ``timeout`` seconds torchrun is stopped, and so are its workers: torchrun starts each
+    in a session of its own and stops them when it is asked to; any it leaves are killed.
 
     >>> import os, tempfile; path = os.path.join(tempfile.mkdtemp(), 'hello.py')
     >>> # os.write: one write each, so the two processes' output cannot interleave mid-word
@@ -445,16 +452,17 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
         cmd += ["--report", str(report_path)]
     child_env = {**os.environ, **(env or {})}
     child_env.setdefault("OMP_NUM_THREADS", str(threads_per_process(nproc)))
-    # Its own session: on a timeout, torchrun and all its workers are stopped together.
+    # Its own session, stopped as a whole on a timeout. torchrun's agent starts every worker in a
+    # session of its own (and stops them itself on SIGTERM), so its workers are found by parent.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=child_env, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except BaseException:
-        _kill_session(proc)
+        _stop_torchrun(proc)
         raise
     finally:
-        _kill_session(proc)  # also whatever torchrun left in its session
+        _stop_torchrun(proc)
     try:
         if proc.returncode != 0:
             raise TorchrunError(proc.returncode, cmd, output=output)
@@ -468,6 +476,36 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _descendants(pid):
+    """The processes below ``pid`` (read from /proc; none where there is no /proc)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()   # after "pid (name) ": state, ppid, ...
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _stop_torchrun(proc):
+    """Stop torchrun's session, then kill any of its workers still running (they have sessions
+    of their own, and outlive a torchrun that was killed before it could stop them)."""
+    workers = _descendants(proc.pid) if proc.poll() is None else []
+    _kill_session(proc)
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _kill_session(proc):

@@ -6,6 +6,7 @@ Each check prints whether the answer is right, with a hint when it is not, and r
 does not show them. The coding exercise's check runs the learner's worker in two real processes
 (``dltools.distributed.launch``, gloo) and compares it with single-process training.
 """
+import collections
 import inspect
 import numbers
 
@@ -134,7 +135,7 @@ def _close(state, ref):
 
 def check_ddp_worker(worker):
     """Exercise 5: run your worker in 2 processes and compare with single-process training."""
-    from dltools.ddp_internals import run_source
+    from dltools.ddp_internals import run_worker_for_check
     from dltools.distributed import WorkerError, launch
 
     if worker is None:
@@ -147,12 +148,13 @@ def check_ddp_worker(worker):
         return report(False, "", "define the worker with def in a cell, then pass it.", 0)
     dataset = _dataset()
     try:
-        states = launch(run_source, _WORLD, source, worker.__name__, dataset, _GLOBAL_BATCH, _LR,
-                        _EPOCHS)
+        results = launch(run_worker_for_check, _WORLD, source, worker.__name__, dataset,
+                         _GLOBAL_BATCH, _LR, _EPOCHS)
     except WorkerError as err:
         last = (err.worker_traceback.strip().splitlines() or [str(err)])[-1]
         return report(False, "", f"a worker raised: {last}", 0)
     ref = _reference(dataset, _GLOBAL_BATCH)
+    states, seen = [r[0] for r in results], [r[1] for r in results]
     state = states[0]
     if not all(isinstance(s, dict) and all(isinstance(v, torch.Tensor) for v in s.values())
                for s in states):
@@ -161,6 +163,14 @@ def check_ddp_worker(worker):
     if any(k.startswith("module.") for k in state):
         return report(False, "", "the keys start with 'module.': return model.module.state_dict(), "
                       "the plain model inside the DDP wrapper.", 0)
+    if any(read and len(read) != _EPOCHS * _ROWS // _WORLD for read in seen) or (
+            all(seen) and collections.Counter(i for read in seen for i in read)
+            != collections.Counter({i: _EPOCHS for i in range(_ROWS)})):
+        most = max(len(read) for read in seen) // _EPOCHS
+        return report(False, "", f"a rank read {most} examples per epoch; with {_WORLD} "
+                      f"processes each should read its own {_ROWS // _WORLD} of the {_ROWS}, the "
+                      "ranks together every example once: shard the data with "
+                      "DistributedSampler(dataset, shuffle=True, seed=0), passed as sampler=.", 0)
     if not all(s.keys() == state.keys() and all(torch.equal(s[k], state[k]) for k in state)
                for s in states):
         return report(False, "", "the two ranks end with different parameters: their gradients "

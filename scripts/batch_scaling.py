@@ -90,6 +90,9 @@ class Trainer:
             self.model = DDP(net.to(device), device_ids=[device] if device.type == "cuda" else None)
             self.sampler = DistributedSampler(range(len(self.train_labels)), shuffle=True,
                                               seed=seed)
+            if batch_size % world:  # an uneven split would change the global batch it reports
+                raise SystemExit(f"the global batch of {batch_size} must be divisible by the "
+                                 f"{world} processes: use --nproc_per_node=2 (the seed's two GPUs)")
             self.batch_size = batch_size // world  # per process; the global batch stays the same
         else:
             devices = [device] if kind == "one" else replica_devices(2)
@@ -117,21 +120,24 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         self.scheduler.step()
-        return float(loss.detach()) * len(y), dltools.accuracy(y_hat.detach(), y)
+        # kept on the device (no host sync per step); float64, so the sums are exact as before
+        return torch.stack([loss.detach().double() * len(y),
+                            (y_hat.detach().argmax(dim=1) == y).sum().double(),
+                            torch.full((), len(y), dtype=torch.float64, device=y.device)])
 
     def _run_epoch(self, epoch):
         self.model.train()
-        order, totals = self._order(epoch), [0.0, 0.0, 0]  # loss sum, correct, examples
+        order = self._order(epoch)
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, seen
         for i in range(0, len(order), self.batch_size):
             idx = order[i:i + self.batch_size]
             X, y = to_input(self.train_images[idx], self.device), self.train_labels[idx]
-            loss_sum, correct = self._run_batch(X, y.to(self.device))
-            totals = [totals[0] + loss_sum, totals[1] + correct, totals[2] + len(idx)]
+            totals += self._run_batch(X, y.to(self.device))
         if self.kind == "ddp":  # each process saw its shard: sum over all of them
-            t = torch.tensor(totals, dtype=torch.float64, device=self.device)
-            dist.all_reduce(t)
-            totals = t.tolist()
-        return totals[0] / totals[2], totals[1] / totals[2]
+            dist.all_reduce(totals)
+        loss_sum, correct, seen = totals.tolist()
+        self.examples_per_epoch = int(seen)  # the images the means cover (all of them under DDP)
+        return loss_sum / seen, correct / seen
 
     def _test_accuracy(self, net=None):
         """Under DDP every process holds the same parameters, and its BatchNorm buffers are rank
@@ -177,6 +183,7 @@ class Trainer:
             seconds = time.perf_counter() - tik
             history.append({"epoch": epoch + 1, "steps": (epoch + 1) * self.steps_per_epoch,
                             "train_loss": train_loss, "train_acc": train_acc,
+                            "train_examples": self.examples_per_epoch,
                             "test_acc": self._test_accuracy() if scores else None,
                             "test_acc_recalibrated_bn":
                                 self._recalibrated_accuracy() if scores else None,
@@ -200,6 +207,8 @@ def run_one(name, seed, args, device=None):
     trainer = Trainer(kind, batch, lr, args.warmup_epochs if warm else 0, seed, args, device)
     history = trainer.train(args.epochs)
     return {"config": name, "seed": seed, "devices": kind, "batch_size": batch, "lr": lr,
+            "world_size": dist.get_world_size() if kind == "ddp" else 1,
+            "torch_threads": torch.get_num_threads(),   # this run's, per process
             "warmup_epochs": args.warmup_epochs if warm else 0,
             "steps_per_epoch": trainer.steps_per_epoch, "history": history,
             "test_acc": history[-1]["test_acc"]}
@@ -249,7 +258,7 @@ def write_report(path, args, runs, started):
     report = {"script": "scripts/batch_scaling.py", "command": " ".join(sys.argv),
               "started": started, "finished": datetime.datetime.now().isoformat(timespec="seconds"),
               "machine": machine(), "scale": scale(args), "jobs": args.jobs,
-              "torch_threads": torch.get_num_threads(), "runs": runs}
+              "runs": runs}   # each run records its own torch threads and world size
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(report, indent=1) + "\n")
@@ -317,24 +326,23 @@ def main_ddp(args):
     if set(args.configs) != {"ddp-512"}:
         sys.exit("under torchrun only --configs ddp-512 runs (the others are one process)")
     device = setup_ddp()
-    try:
-        started = datetime.datetime.now().isoformat(timespec="seconds")
-        # rank 0 reads --report (runs of the same scale are kept, so the one-process runs and the
-        # DDP runs can share one file, and done DDP runs are skipped) and tells the others
-        plan = [load_done(args.report, args) if dist.get_rank() == 0 else None]
-        dist.broadcast_object_list(plan, src=0)   # a Python object: pickled, sent through the group
-        runs = plan[0]
-        done = {(r["config"], r["seed"]) for r in runs}
-        for seed in args.seeds:
-            if ("ddp-512", seed) in done:
-                continue
-            runs.append(run_one("ddp-512", seed, args, device))
-            if dist.get_rank() == 0:
-                write_report(args.report, args, runs, started)
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    # rank 0 reads --report (runs of the same scale are kept, so the one-process runs and the
+    # DDP runs can share one file, and done DDP runs are skipped) and tells the others
+    plan = [load_done(args.report, args) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(plan, src=0)   # a Python object: pickled, sent through the group
+    runs = plan[0]
+    done = {(r["config"], r["seed"]) for r in runs}
+    for seed in args.seeds:
+        if ("ddp-512", seed) in done:
+            continue
+        runs.append(run_one("ddp-512", seed, args, device))
         if dist.get_rank() == 0:
             write_report(args.report, args, runs, started)
-    finally:
-        teardown_ddp()
+    if dist.get_rank() == 0:
+        write_report(args.report, args, runs, started)
+    teardown_ddp()   # only after success: a rank that raised leaves at once, and torchrun
+    # stops the others (a barrier here would wait for peers blocked in training's collectives)
 
 
 def main(argv=None):

@@ -24,9 +24,10 @@ def setup_ddp():
 
     The rule, the same for every script and worker (``dltools.distributed.setup_process_group``):
     ``cuda:LOCAL_RANK`` when there is a GPU for each local process (made the current CUDA device,
-    which NCCL's ``barrier`` and object collectives use), else the CPU; the group has gloo for CPU
-    tensors and NCCL for CUDA tensors. Every tensor a script puts into a collective is on this
-    device.
+    so that a bare ``"cuda"`` means this rank's GPU; the group is bound to it with ``device_id=``,
+    which ``barrier`` uses, and object collectives go through its gloo half), else the CPU; the
+    group has gloo for CPU tensors and NCCL for CUDA tensors. Every tensor a script puts into a
+    collective is on this device.
     """
     if "RANK" not in os.environ or "LOCAL_RANK" not in os.environ:
         script = os.path.basename(sys.argv[0]) or "this script"
@@ -143,6 +144,7 @@ def summary(args, trainer, history, seconds, device):
                 width=args.width, num_train=len(trainer.train_set),
                 num_test=len(trainer.test_set), steps_per_epoch=len(trainer.loader),
                 history=history, test_acc=history[-1][3],
+                train_examples_per_epoch=trainer.examples_per_epoch,
                 sec_per_epoch=sum(seconds) / len(seconds),
                 examples_per_sec=args.epochs * len(trainer.train_set) / sum(seconds))
 

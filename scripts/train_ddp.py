@@ -83,6 +83,7 @@ def main(args):
     dist.all_gather_object(fingerprints, fingerprint(model))  # to check the replicas agree
     if dist.get_rank() == 0:
         write_report(args.report, world_size=world_size, losses=losses, fingerprints=fingerprints,
+                     backend=dist.get_backend(), device_type=device.type,
                      seconds=seconds, sec_per_step=seconds / steps,
                      examples_per_sec=args.epochs * len(dataset) / seconds)
     del trainer, model  # DDP holds the process group: free it before leaving the group

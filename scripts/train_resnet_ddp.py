@@ -55,7 +55,7 @@ class Trainer:
         loss.backward()  # DDP averages the gradients over all processes here
         self.optimizer.step()
         return torch.stack([loss.detach() * len(y), (y_hat.argmax(dim=1) == y).sum(),
-                            torch.tensor(len(y), device=self.device)])
+                            torch.full_like(loss.detach(), len(y))])  # no host copy, no sync
 
     def _run_epoch(self, epoch):
         self.sampler.set_epoch(epoch)  # without it, every epoch repeats the same order
@@ -66,11 +66,12 @@ class Trainer:
         for X, y in self.loader:
             totals += self._run_batch(to_input(X, self.device), y.to(self.device))
         dist.all_reduce(totals)  # each rank saw only its shard: the means are over all of them
+        self.examples_per_epoch = int(totals[2].item())  # the images the means cover
         return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
 
     def _test_accuracy(self):
         net = self.model.module
-        # DDP broadcasts rank 0's buffers (BN running stats) each forward (broadcast_buffers=True):
+        # DDP broadcasts rank 0's buffers (BN running stats) each forward (forward_sync_buffers):
         # replicas normalise with their own batch statistics in training but share rank 0's running
         # statistics. The last forward changed each rank's copy: score with rank 0's, as saved.
         for buffer in net.buffers():

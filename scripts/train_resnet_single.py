@@ -47,7 +47,7 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         return torch.stack([loss.detach() * len(y), (y_hat.argmax(dim=1) == y).sum(),
-                            torch.tensor(len(y), device=self.device)])
+                            torch.full_like(loss.detach(), len(y))])  # no host copy, no sync
 
     def _run_epoch(self, epoch):
         self.generator.manual_seed(self.seed + epoch)
@@ -55,6 +55,7 @@ class Trainer:
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, seen
         for X, y in self.loader:
             totals += self._run_batch(to_input(X, self.device), y.to(self.device))
+        self.examples_per_epoch = int(totals[2].item())  # the images the means cover
         return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
 
     def _test_accuracy(self):

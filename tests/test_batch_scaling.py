@@ -38,6 +38,8 @@ def test_report_has_every_run_and_epoch(report):
         assert [h["steps"] for h in x["history"]] == [steps, 2 * steps]
         for h in x["history"]:
             assert 0 <= h["test_acc"] <= 1 and 0 <= h["test_acc_recalibrated_bn"] <= 1
+            assert h["train_examples"] == 192
+        assert x["world_size"] == 1 and x["torch_threads"] >= 1
     by = {(x["config"], x["seed"]): x for x in r["runs"]}
     assert by["one-256", 0]["batch_size"] == 32 and by["one-512", 0]["batch_size"] == 64
     assert by["one-256", 0]["steps_per_epoch"] == 6 and by["one-512", 0]["steps_per_epoch"] == 3
@@ -72,6 +74,10 @@ def test_ddp_needs_torchrun_and_runs_under_it(tmp_path):
     r = dd.run_torchrun(SCRIPT, 2, "--configs", "ddp-512", *TINY)
     assert [(x["config"], x["seed"]) for x in r["runs"]] == [("ddp-512", 0), ("ddp-512", 1)]
     assert r["runs"][0]["batch_size"] == 64 and r["runs"][0]["steps_per_epoch"] == 3
+    for x in r["runs"]:  # the train metrics cover both ranks' shards (their all-reduce)
+        assert x["world_size"] == 2 and [h["train_examples"] for h in x["history"]] == [192, 192]
+    # each epoch a new order: the sampler is reseeded (static, as the order is not reported)
+    assert "self.sampler.set_epoch(epoch)" in SCRIPT.read_text()
 
 
 def test_ddp_runs_join_the_one_process_report(report, tmp_path):

@@ -107,6 +107,17 @@ WRONG = {  # the typical mistakes, as edits of right_worker's source
     "module_prefix": [("model.module.state_dict()", "model.state_dict()")],
     "no_sampler": [("sampler=sampler)", "shuffle=True)")],
     "raises": [("optimizer.step()", "optimizer.step(); 1 / 0")],
+    "whole_data_alone": [  # no DDP: every rank trains alone on every example, in the same order
+        ("    model = DDP(model, device_ids=[device.index] if device.type == \"cuda\" "
+         "else None)\n", ""), ("model.module.state_dict()", "model.state_dict()"),
+        ("DistributedSampler(dataset, shuffle=True", "DistributedSampler(dataset, num_replicas=1, "
+         "rank=0, shuffle=True"),
+        ("batch_size=global_batch_size // dist.get_world_size()", "batch_size=global_batch_size")],
+    "unseeded_no_ddp": [("    torch.manual_seed(0)\n", ""),
+                        ("    model = DDP(model, device_ids=[device.index] if device.type == "
+                         "\"cuda\" else None)\n", ""),
+                        ("model.module.state_dict()", "model.state_dict()")],
+    "unseeded": [("    torch.manual_seed(0)\n", "")],  # right: DDP broadcasts rank 0's start
     "rank0_only": [("    return {k: v.cpu()", "    if dist.get_rank():\n        return None\n"
                     "    return {k: v.cpu()")],
 }
@@ -126,8 +137,10 @@ def make_worker(name, folder):
     return getattr(module, name)
 
 
-def test_ddp_worker_right(capsys):
+def test_ddp_worker_right(capsys, tmp_path):
     ok, out = verdict(capsys, checks.check_ddp_worker, right_worker)
+    assert ok is True and out.startswith("Correct:")
+    ok, out = verdict(capsys, checks.check_ddp_worker, make_worker("unseeded", tmp_path))
     assert ok is True and out.startswith("Correct:")
 
 
@@ -139,6 +152,8 @@ def test_ddp_worker_right(capsys):
     ("no_sampler", "DistributedSampler"),
     ("raises", "ZeroDivisionError"),
     ("rank0_only", "on every rank"),
+    ("whole_data_alone", "read 48 examples per epoch"),
+    ("unseeded_no_ddp", "Wrap the model in DDP"),
 ])
 def test_ddp_worker_wrong(capsys, tmp_path, name, words):
     ok, out = verdict(capsys, checks.check_ddp_worker, make_worker(name, tmp_path))

@@ -9,6 +9,8 @@ import socket
 import sys
 import textwrap
 import time
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -80,8 +82,16 @@ def local(monkeypatch, rank, size):
 def test_rank_device_follows_the_rule(monkeypatch, gpus, local_rank, local_world_size, expected):
     current = fake_gpus(monkeypatch, gpus)
     local(monkeypatch, local_rank, local_world_size)
-    assert dd.rank_device() == expected
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert dd.rank_device() == expected
     assert current == ([expected] if expected.type == "cuda" else [])  # set_device on GPUs only
+    # GPUs left unused because there are too few of them: said, never silent
+    unused = 0 < gpus < local_world_size
+    assert [str(w.message) for w in caught if "every rank runs on the CPU" in str(w.message)] == (
+        [f"{gpus} GPU(s) for {local_world_size} processes on this node: every rank runs on the "
+         f"CPU (gloo). Start one process per GPU (--nproc_per_node={gpus}) to use them."]
+        if unused else [])
 
 
 def test_rank_device_refuses_an_impossible_local_rank(monkeypatch):
@@ -341,6 +351,44 @@ def test_run_torchrun_complains_when_no_report_is_written(tmp_path):
     script = write_script(tmp_path, "import sys\n")
     with pytest.raises(RuntimeError, match="wrote no report"):
         dd.run_torchrun(script, 1)
+
+
+def test_run_torchrun_kills_workers_a_killed_torchrun_left_behind(tmp_path, monkeypatch):
+    """torchrun starts its workers in sessions of their own: if torchrun dies before stopping them
+    (here: SIGKILLed at once), they must not survive it as orphans."""
+    import signal
+    import subprocess
+    script = write_script(tmp_path, textwrap.dedent(f"""\
+        import os, time
+        path = os.path.join({str(tmp_path)!r}, "pid" + os.environ["RANK"])
+        open(path, "w").write(str(os.getpid()))
+        while True:
+            time.sleep(1)
+        """))
+
+    def kill_at_once(proc):  # a torchrun that gets no chance to stop its workers
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        proc.wait()
+
+    monkeypatch.setattr(launch_module, "_kill_session", kill_at_once)
+    with pytest.raises(subprocess.TimeoutExpired):
+        dd.run_torchrun(script, 2, report=False, timeout=15)
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    deadline = time.monotonic() + 10
+
+    def alive(pid):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z"
+
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids), pids
 
 
 def test_run_torchrun_timeout_stops_torchrun_and_its_workers(tmp_path):

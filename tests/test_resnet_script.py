@@ -80,6 +80,7 @@ def test_two_process_run_writes_results_and_a_plain_checkpoint(tmp_path):
     assert r["set_epoch_reshuffles"] is True and r["params_identical"] is True
     assert [row[0] for row in r["history"]] == [1, 2] and r["test_acc"] == r["history"][-1][3]
     assert r["sec_per_epoch"] > 0 and r["examples_per_sec"] > 0
+    assert r["train_examples_per_epoch"] == 64            # the train means cover both ranks' shards
     assert r["log"].count("epoch 1:") == 1                # only rank 0 prints
     # The checkpoint has no "module." prefix and scores what the script reported on the same images.
     state = torch.load(ckpt)
@@ -87,6 +88,22 @@ def test_two_process_run_writes_results_and_a_plain_checkpoint(tmp_path):
     net = dltools.resnet18(10, width=4)
     net.load_state_dict(state)
     _, test_iter = dltools.load_data_fashion_mnist(16, num_train=1, num_test=30)
+    assert abs(dltools.evaluate_accuracy_gpu(net, test_iter) - r["test_acc"]) < 1e-9
+    assert_no_process_left()
+
+
+def test_every_rank_scores_with_rank_0s_batchnorm_statistics(tmp_path):
+    """At a scale where the network learns (well above chance), the test accuracy the script
+    reports equals the saved checkpoint's (rank 0's weights and BatchNorm statistics) on the same
+    images. Each rank scores its own share of the test set: without the broadcast of rank 0's
+    running statistics, rank 1 would score with its own, which its last training step moved."""
+    ckpt = tmp_path / "net.pt"
+    r = dd.run_torchrun(SCRIPT, 2, "--num-train", "1024", "--num-test", "500", "--width", "4",
+                        "--epochs", "3", "--batch-size", "32", "--lr", "0.1", "--checkpoint", ckpt)
+    assert r["test_acc"] > 0.3                            # chance is 0.1
+    net = dltools.resnet18(10, width=4)
+    net.load_state_dict(torch.load(ckpt))
+    _, test_iter = dltools.load_data_fashion_mnist(100, num_train=1, num_test=500)
     assert abs(dltools.evaluate_accuracy_gpu(net, test_iter) - r["test_acc"]) < 1e-9
     assert_no_process_left()
 

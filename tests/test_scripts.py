@@ -126,6 +126,34 @@ def test_every_script_has_the_family_shape(script):
     assert "sys.path" not in text and "--local_rank" not in text
 
 
+@pytest.mark.parametrize("script", FAMILY)
+def test_a_training_step_never_waits_for_the_gpu(script):
+    """_run_batch keeps its numbers on the device: a float(), .item(), .tolist() or a
+    torch.tensor() built from Python numbers would make the host wait for the GPU every step
+    and skew the seconds per epoch the scripts report."""
+    text = (SCRIPTS / script).read_text()
+    tree = ast.parse(text)
+    (step,) = [node for node in ast.walk(tree)
+               if isinstance(node, ast.FunctionDef) and node.name == "_run_batch"]
+    source = ast.get_source_segment(text, step)
+    for sync in ("float(", ".item()", ".tolist()", "torch.tensor(", ".cpu()", "int("):
+        assert sync not in source, (script, sync)
+
+
+@pytest.mark.parametrize("script", USES_DDP)
+def test_teardown_only_after_success(script):
+    """teardown_ddp() waits in a barrier: in a finally block, a rank that raised would wait there
+    for peers blocked in training's collectives until the group's timeout (30 min), and torchrun
+    would never see the failure."""
+    tree = ast.parse((SCRIPTS / script).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try):
+            for part in node.finalbody + [h for handler in node.handlers for h in handler.body]:
+                names = {getattr(n.func, "id", None) for n in ast.walk(part)
+                         if isinstance(n, ast.Call)}
+                assert "teardown_ddp" not in names, script
+
+
 @pytest.mark.parametrize("script", USES_DDP)
 def test_ddp_scripts_set_up_through_common(script):
     """setup_ddp()/teardown_ddp() from scripts/common.py; no group or device rule of their own."""
