@@ -23,7 +23,9 @@ CPU device several times (each replica runs in its own thread), in the order
 
 A ``timeline`` list (given to :func:`parallel_apply`, :func:`data_parallel` or set as
 ``DataParallel.timeline``) records when each step ran, per replica, including the gradient
-reduce in backward.
+reduce in backward. On GPUs, recording waits for the devices at every step's start and end
+(``torch.cuda.synchronize``), so that the times are the work's, not its launch's; a step that is
+recorded loses the overlap the GPUs would otherwise give it.
 
 Where it differs from PyTorch: copies are made with ``Tensor.to`` one tensor at a time (PyTorch
 uses ``comm.broadcast_coalesced`` / ``comm.reduce_add_coalesced``, NCCL on GPUs), and a replica on
@@ -190,6 +192,19 @@ def scatter_kwargs(inputs, kwargs, target_devices, dim=0):
 # ------------------------------------------------------------------ replicate
 
 
+def _now(sync, device=None):
+    """``time.perf_counter()``; when ``sync`` (a timeline is being recorded), first wait for the
+    GPU work already queued (on ``device``, or on every GPU). GPUs run asynchronously: without the
+    wait a span would time the launch of its kernels, not their work."""
+    if sync and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if device is None:
+            for i in range(torch.cuda.device_count()):
+                torch.cuda.synchronize(i)
+        elif device.type == "cuda":
+            torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 class Broadcast(torch.autograd.Function):
     """Copy tensors to devices as one autograd node, as ``torch.nn.parallel._functions.Broadcast``.
 
@@ -227,7 +242,7 @@ class Broadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        start = time.perf_counter()
+        start = _now(ctx.timeline is not None)
         n = ctx.num_inputs
         grads = []
         for i in range(n):
@@ -238,7 +253,7 @@ class Broadcast(torch.autograd.Function):
             grads.append(total)
         if ctx.timeline is not None:
             ctx.timeline.append({"lane": "master", "what": "reduce gradients", "start": start,
-                                 "end": time.perf_counter()})
+                                 "end": _now(True)})
         return (None, None, *grads)
 
 
@@ -362,6 +377,7 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=N
         if len(devices) != len(modules):
             raise ValueError(f"{len(modules)} modules but {len(devices)} devices")
     grad_enabled = torch.is_grad_enabled()
+    timed = timeline is not None
     # As PyTorch's parallel_apply: the caller's current stream on each GPU, read here because the
     # current stream is per thread; the replicas run on it, after the copies queued there.
     streams = [torch.cuda.current_stream(d) if d.type == "cuda" else None for d in devices]
@@ -370,7 +386,7 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=N
 
     def worker(i, module, inp, kwargs, device):
         _local.index = i
-        start = time.perf_counter()
+        start = _now(timed, device)
         try:
             enabled, dtype = _autocast_state(device)
             none = contextlib.nullcontext()
@@ -384,7 +400,7 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=N
         except BaseException as err:  # noqa: B036 - re-raised in the caller
             results[i] = ("error", err, traceback.format_exc())
         finally:
-            times[i] = (start, time.perf_counter())
+            times[i] = (start, _now(timed, device))
             _local.index = None
 
     args = list(zip(range(len(modules)), modules, inputs, kwargs_tup, devices))
@@ -499,14 +515,14 @@ def _check_on_source(module, src_device):
 
 @contextlib.contextmanager
 def _span(timeline, what, lane="master"):
-    """Append ``{'lane', 'what', 'start', 'end'}`` for the ``with`` block to a ``timeline`` list."""
-    start = time.perf_counter()
+    """Append ``{'lane', 'what', 'start', 'end'}`` for the ``with`` block to a ``timeline`` list
+    (on GPUs, from the end of the work queued before the block to the end of the block's work)."""
+    start = _now(timeline is not None)
     try:
         yield
     finally:
         if timeline is not None:
-            timeline.append({"lane": lane, "what": what, "start": start,
-                             "end": time.perf_counter()})
+            timeline.append({"lane": lane, "what": what, "start": start, "end": _now(True)})
 
 
 def data_parallel(module, inputs, device_ids=None, output_device=None, dim=0, module_kwargs=None,

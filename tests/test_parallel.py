@@ -458,3 +458,21 @@ def test_cpu_replicas_share_the_intra_op_threads():
         assert torch.get_num_threads() == 4
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_recorded_timeline_waits_for_the_gpus(monkeypatch):
+    """GPUs run asynchronously: each recorded span must synchronise first (faked CUDA here)."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    net = nn.Linear(3, 2)
+    P.data_parallel(net, torch.ones(4, 3), ["cpu", "cpu"])
+    assert calls == []                                  # nothing recorded, nothing waited for
+    events = []
+    out = P.data_parallel(net, torch.ones(4, 3), ["cpu", "cpu"], timeline=events)
+    spans = sum(e["lane"] == "master" for e in events)  # scatter, replicate, gather
+    assert spans == 3 and calls.count(0) == calls.count(1) == 2 * spans
+    out.sum().backward()                                # the gradient reduce is timed too
+    assert calls.count(0) == 2 * spans + 2
