@@ -13,22 +13,29 @@ from dltools.beyond.memory import GB, per_rank_bytes
 from dltools.exercises import close_enough, int_tuple, is_int, report
 
 
-def check_zero3_memory(answer):
-    """GB of parameters, gradients and optimizer state per GPU: 7e9 parameters, bf16 mixed
-    precision with Adam, ZeRO-3 on 8 GPUs."""
-    expected = per_rank_bytes(7e9, 8, stage=3, precision="bf16")["total"] / GB
-    unsharded = per_rank_bytes(7e9, 1, stage=0, precision="bf16")["total"] / GB
-    stage1 = per_rank_bytes(7e9, 8, stage=1, precision="bf16")["total"] / GB
+def check_zero_memory(answer):
+    """GB of parameters, gradients and optimizer state per GPU: 13e9 parameters, bf16 mixed
+    precision with Adam, ZeRO-2 on 16 GPUs."""
+    billions, gpus = 13, 16
+    expected = per_rank_bytes(billions * 1e9, gpus, stage=2, precision="bf16")["total"] / GB
+    others = {stage: per_rank_bytes(billions * 1e9, gpus, stage=stage, precision="bf16")["total"]
+              / GB for stage in (0, 1, 3)}
     if answer is not None and (isinstance(answer, bool) or not isinstance(answer, numbers.Real)):
         return report(False, "", "give a number of GB (1 GB = 1e9 bytes).", answer)
-    if close_enough(answer, unsharded):
-        hint = "that is one GPU's share without sharding; ZeRO-3 divides all three parts by 8."
-    elif close_enough(answer, stage1):
-        hint = "that is ZeRO-1 (only the optimizer state sharded)."
+    if close_enough(answer, expected * GB / 2**30):
+        hint = "that is in GiB (2**30 bytes); give GB (1e9 bytes)."
+    elif close_enough(answer, others[0]):
+        hint = "that is one GPU's share without sharding; ZeRO-2 shards two of the three parts."
+    elif close_enough(answer, others[1]):
+        hint = "that is ZeRO-1 (only the optimizer state sharded); ZeRO-2 shards the gradients too."
+    elif close_enough(answer, others[3]):
+        hint = "that is ZeRO-3 (the parameters sharded too); ZeRO-2 keeps a whole bf16 copy."
     else:
-        hint = "2 + 2 + 12 bytes per parameter in bf16 mixed precision, all of it sharded 8 ways."
+        hint = ("2 + 2 + 12 bytes per parameter in bf16 mixed precision: which of the three parts "
+                "does ZeRO-2 divide by the number of GPUs?")
     return report(close_enough(answer, expected),
-                  f"16 bytes x 7e9 / 8 = {expected:g} GB per GPU (activations come on top).",
+                  f"2 bytes x 13e9 of parameters, plus (2 + 12) bytes x 13e9 / 16 of gradients and "
+                  f"optimizer state = {expected:g} GB per GPU (activations come on top).",
                   hint, answer)
 
 
@@ -46,19 +53,22 @@ def check_tp_all_reduces(answer):
 
 
 def check_in_flight(answer):
-    """(GPipe, 1F1B): most microbatches whose activations stage 0 holds at once, p = 4, m = 16."""
-    p, m = 4, 16
-    expected = (m, min(m, p))
+    """(GPipe, 1F1B): most microbatches whose activations stage 2 holds at once, p = 8, m = 32."""
+    p, m, stage = 8, 32, 2
+    expected = (m, min(m, p - stage))
     got = int_tuple(answer) if answer is not None else None
     if answer is not None and (got is None or len(got) != 2):
         return report(False, "", "answer with a pair of ints: (gpipe, one_f_one_b).", answer)
     if got == expected[::-1]:
         hint = "the other way round: GPipe runs every forward before the first backward."
+    elif got == (m, p):
+        hint = ("that is stage 0's: a later stage starts its backwards sooner, since the first "
+                "microbatch has fewer stages left to go through.")
     else:
-        hint = ("GPipe forwards all m before any backward; 1F1B starts backwards once the "
-                "first microbatch has gone through all p stages.")
-    return report(got == expected, f"GPipe holds all {m}, 1F1B at most p = {p} on stage 0 "
-                  "(p - s on stage s).", hint, answer)
+        hint = ("GPipe forwards all m before any backward; under 1F1B a stage starts backwards "
+                "once the first microbatch has gone through the stages after it and come back.")
+    return report(got == expected, f"GPipe holds all {m}, 1F1B at most p - s = {p} - {stage} on "
+                  f"stage {stage}.", hint, answer)
 
 
 def check_bubble(answer):
@@ -73,48 +83,49 @@ def check_bubble(answer):
                   f"(p - 1) / (m + p - 1) = 3/15 = {expected:g}.", hint, answer)
 
 
-def check_sharded_adam(shard):
-    """Your ``shard(tensor, rank, world_size)``, used for ZeRO-1 by hand.
-
-    What is checked (and can fail): the shards put back in rank order are the tensor, and no rank
-    holds more than ``ceil(numel / N)`` elements, so each rank's Adam state is at most 1/N of it.
-    Then each rank runs Adam on its shard only and the pieces must match Adam on the whole. As
-    Adam works element by element, that holds for any valid sharding (it is what lets ZeRO-1 shard
-    the optimizer state at all); it fails only if ``shard`` cuts the gradient differently from the
-    parameter (a function with state or randomness)."""
-    if shard is None:
+def check_zero1_step(zero1_step):
+    """Exercise 5: ``zero1_step(optimizer, piece, full_grad, rank, world_size)``, run for every
+    rank of 4 for 3 steps; the pieces put back together are compared with Adam on the whole
+    parameter."""
+    if zero1_step is None:
         return report(None, "", "")
+    if not callable(zero1_step):
+        return report(False, "", "pass the function itself (its name, without calling it).", 0)
     torch.manual_seed(0)
     world, numel, lr = 4, 10, 0.1
     param, grads = torch.randn(numel), [torch.randn(numel) for _ in range(3)]
     full = param.clone().requires_grad_()
     full_opt = torch.optim.Adam([full], lr=lr)
-    try:
-        pieces = [shard(param.clone(), r, world) for r in range(world)]
-        if not all(isinstance(p, torch.Tensor) for p in pieces):
-            return report(False, "", "shard must return a tensor (a slice of the input).", shard)
-        sizes = [p.numel() for p in pieces]
-        if sum(sizes) != numel or not torch.equal(torch.cat(pieces), param):
-            return report(False, "", f"the shards of 0..{numel - 1} on {world} ranks, put back "
-                          f"in rank order, must be the tensor itself; got sizes {sizes}.", shard)
-        if max(sizes) > -(-numel // world):
-            return report(False, "", f"sizes {sizes}: a rank holds more than its share "
-                          f"ceil({numel}/{world}); then its optimizer state is not 1/N.", shard)
-        locals_ = [p.clone().requires_grad_() for p in pieces]
-        opts = [torch.optim.Adam([p], lr=lr) for p in locals_]
-        for g in grads:
-            full.grad = g.clone()
-            full_opt.step()
-            for r in range(world):
-                locals_[r].grad = shard(g.clone(), r, world).clone()
-                opts[r].step()
-    except Exception as err:  # noqa: BLE001 (the learner's code: report it, do not crash)
-        return report(False, "", f"your function raised {type(err).__name__}: {err}", shard)
-    state = [opts[r].state[locals_[r]]["exp_avg"].numel() for r in range(world)]
-    gap = (torch.cat([p.detach() for p in locals_]) - full.detach()).abs().max().item()
-    return report(gap <= 1e-6, f"shards of {sizes} elements, Adam state per rank {state} instead "
-                  f"of {numel} each; after 3 steps of Adam on each shard alone the gathered "
-                  f"parameters differ from Adam on the whole tensor by {gap:.1e} (Adam is "
-                  "elementwise, so any valid sharding gives this).",
-                  "the gathered parameters differ from Adam on the whole tensor: does each rank "
-                  "get the same slice of the gradient as of the parameter?", shard)
+    pieces = [p.clone().requires_grad_() for p in torch.tensor_split(param, world)]
+    opts = [torch.optim.Adam([p], lr=lr) for p in pieces]
+    sizes = [p.numel() for p in pieces]
+    for g in grads:
+        full.grad = g.clone()
+        full_opt.step()
+        for r in range(world):
+            try:
+                zero1_step(opts[r], pieces[r], g.clone(), r, world)
+            except Exception as err:  # noqa: BLE001 (the learner's code: report it, do not crash)
+                return report(False, "", f"on rank {r} of {world} (pieces of {sizes} elements) "
+                              f"your function raised {type(err).__name__}: {err}", zero1_step)
+    if not all(opts[r].state.get(pieces[r]) for r in range(world)):
+        return report(False, "", "a rank's optimizer never stepped: after giving the piece its "
+                      "gradient, call optimizer.step().", zero1_step)
+    gathered = torch.cat([p.detach() for p in pieces])
+    gap = (gathered - full.detach()).abs().max().item()
+    moved = [not torch.equal(p.detach(), q) for p, q in
+             zip(pieces, torch.tensor_split(param, world))]
+    if gap > 1e-6:
+        wrong = [r for r, (a, b) in enumerate(zip(torch.tensor_split(gathered, world),
+                                                    torch.tensor_split(full.detach(), world)))
+                 if (a - b).abs().max() > 1e-6]
+        return report(False, "", f"the pieces of ranks {wrong} differ from Adam on the whole "
+                      "parameter: each rank needs the part of full_grad that matches its piece, "
+                      "cut the way the pieces were cut.", zero1_step)
+    state = [opts[r].state[pieces[r]]["exp_avg"].numel() for r in range(world)]
+    return report(all(moved), f"each rank updated only its piece ({sizes} elements), with Adam "
+                  f"state for {state} elements instead of {numel} each; put back together, the "
+                  f"pieces equal Adam on the whole parameter (largest difference {gap:.1e}). An "
+                  "all-gather of the pieces ends the step.",
+                  "a piece did not change: give each rank's piece its gradient and step.",
+                  zero1_step)

@@ -92,7 +92,9 @@ def pipeline_run(width=128, depth=4, batch=64, microbatches=(4,), schedules=("gp
                 if rank == 0:
                     schedule.step(x)
                 elif rank == world - 1:
-                    schedule.step(target=y, losses=losses)
+                    # return_outputs=False: by default the last stage also keeps every
+                    # microbatch's output until the next step (only the losses are used)
+                    schedule.step(target=y, losses=losses, return_outputs=False)
                 else:
                     schedule.step()
                 del stage.forward_one_chunk, stage.backward_one_chunk   # unwrap

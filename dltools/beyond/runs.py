@@ -62,8 +62,9 @@ def predicted_memory(name, config, world_size):
     """Predicted per-rank bytes ``{'params', 'grads', 'optimizer', 'total'}`` of technique
     ``name`` from the formula :func:`~dltools.beyond.memory.per_rank_bytes`.
 
-    Tensor parallelism keeps each block's ``down.bias`` whole on every rank (it is added after
-    the all-reduce), so only the rest is divided. FSDP2's prediction is for its busiest rank
+    Tensor parallelism keeps each block's ``down.bias`` whole on every rank (a ``Replicate``
+    parameter: each rank adds bias / N to its partial sum before the all-reduce), so only the rest
+    is divided. FSDP2's prediction is for its busiest rank
     (rank 0), which holds ``ceil(rows / N)`` rows of each parameter.
 
     >>> p = predicted_memory("fsdp_zero3", {"width": 30, "depth": 1}, 4)["params"]
