@@ -115,6 +115,10 @@ def check_zero1_step(zero1_step):
     gap = (gathered - full.detach()).abs().max().item()
     moved = [not torch.equal(p.detach(), q) for p, q in
              zip(pieces, torch.tensor_split(param, world))]
+    if not all(moved):
+        return report(False, "", f"the pieces of ranks {[r for r, m in enumerate(moved) if not m]} "
+                      "did not change: give each piece its part of full_grad before the step.",
+                      zero1_step)
     if gap > 1e-6:
         wrong = [r for r, (a, b) in enumerate(zip(torch.tensor_split(gathered, world),
                                                     torch.tensor_split(full.detach(), world)))
@@ -123,9 +127,7 @@ def check_zero1_step(zero1_step):
                       "parameter: each rank needs the part of full_grad that matches its piece, "
                       "cut the way the pieces were cut.", zero1_step)
     state = [opts[r].state[pieces[r]]["exp_avg"].numel() for r in range(world)]
-    return report(all(moved), f"each rank updated only its piece ({sizes} elements), with Adam "
+    return report(True, f"each rank updated only its piece ({sizes} elements), with Adam "
                   f"state for {state} elements instead of {numel} each; put back together, the "
                   f"pieces equal Adam on the whole parameter (largest difference {gap:.1e}). An "
-                  "all-gather of the pieces ends the step.",
-                  "a piece did not change: give each rank's piece its gradient and step.",
-                  zero1_step)
+                  "all-gather of the pieces ends the step.", "", zero1_step)

@@ -55,7 +55,7 @@ class Trainer:
         loss.backward()  # DDP averages the gradients over all processes here
         self.optimizer.step()
         return torch.stack([loss.detach() * len(y), (y_hat.argmax(dim=1) == y).sum(),
-                            torch.full_like(loss.detach(), len(y))])  # no host copy, no sync
+                            torch.full_like(loss.detach(), len(y))])  # no copy from the host
 
     def _run_epoch(self, epoch):
         self.sampler.set_epoch(epoch)  # without it, every epoch repeats the same order

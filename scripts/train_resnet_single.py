@@ -47,7 +47,7 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         return torch.stack([loss.detach() * len(y), (y_hat.argmax(dim=1) == y).sum(),
-                            torch.full_like(loss.detach(), len(y))])  # no host copy, no sync
+                            torch.full_like(loss.detach(), len(y))])  # no copy from the host
 
     def _run_epoch(self, epoch):
         self.generator.manual_seed(self.seed + epoch)

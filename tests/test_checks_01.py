@@ -1,5 +1,6 @@
 """Notebook 01's exercise checks (right answers pass, typical wrong answers fail) and its
 diagram script."""
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -9,6 +10,8 @@ from torch import nn
 
 import checks_01 as checks
 import dltools
+from dltools.parallel import scatter as library_scatter
+from dltools.parallel import split_batch as library_split
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,6 +133,15 @@ def split_wraps_library(X, y, devices):
     return dltools.split_batch(X, y, devices)
 
 
+def split_alias(X, y, devices):  # the library's function under a name imported earlier
+    return library_split(X, y, devices)
+
+
+def split_library_scatter(X, y, devices):
+    assert X.shape[0] == y.shape[0]
+    return library_scatter(X, devices), library_scatter(y, devices)
+
+
 def split_d2l_scatter(X, y, devices):  # d2l's exact code: nn.parallel.scatter needs GPUs
     assert X.shape[0] == y.shape[0]
     return nn.parallel.scatter(X, devices), nn.parallel.scatter(y, devices)
@@ -148,6 +160,8 @@ def test_split_batch_right(capsys):
     (dltools.split_batch, "the library's split_batch"),
     (split_wraps_library, "your own split_batch"),
     (split_d2l_scatter, "runs only on GPUs"),
+    (split_alias, "your own split_batch"), (split_library_scatter, "your own split_batch"),
+    (functools.partial(dltools.split_batch), "your own split_batch"),
 ])
 def test_split_batch_wrong(capsys, wrong, words):
     ok, out = verdict(capsys, checks.check_split_batch, wrong)

@@ -58,6 +58,11 @@ def zero1_no_step(optimizer, piece, full_grad, rank, world_size):
     piece.grad = torch.tensor_split(full_grad, world_size)[rank].clone()
 
 
+def zero1_zero_grad(optimizer, piece, full_grad, rank, world_size):  # Adam does not move
+    piece.grad = torch.zeros_like(piece)
+    optimizer.step()
+
+
 def zero1_whole_grad(optimizer, piece, full_grad, rank, world_size):
     piece.grad = full_grad
     optimizer.step()
@@ -71,6 +76,7 @@ def test_zero1_step_right(capsys):
 @pytest.mark.parametrize("wrong, says", [
     (zero1_chunk, "raised RuntimeError"), (zero1_rank0_slice, "ranks [1, 2, 3] differ"),
     (zero1_no_step, "never stepped"), (zero1_whole_grad, "raised RuntimeError"),
+    (zero1_zero_grad, "did not change"),
     ("zero1_step", "function itself"),
 ])
 def test_zero1_step_wrong(wrong, says, capsys):
