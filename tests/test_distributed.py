@@ -127,7 +127,10 @@ def test_launch_workers_join_the_group_by_the_rule(monkeypatch, gpus, backend, d
     monkeypatch.setattr(dist, "init_process_group", lambda b, **kw: joined.append((b, kw)))
     monkeypatch.setattr(dist, "destroy_process_group", lambda: None)
     store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False)
-    device = launch_module._worker(dd.rank_device, (), None, 5, "127.0.0.1", store.port)
+    with warnings.catch_warnings(record=True) as caught:  # 1 GPU, 2 processes: said, not silent
+        warnings.simplefilter("always")
+        device = launch_module._worker(dd.rank_device, (), None, 5, "127.0.0.1", store.port)
+    assert any("every rank runs on the CPU" in str(w.message) for w in caught) == (gpus == 1)
     assert device == (device_id or torch.device("cpu"))
     [(asked, options)] = joined
     assert asked == backend and options["device_id"] == device_id
