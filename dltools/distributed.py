@@ -30,6 +30,7 @@ from .launch import (
     single_process_group,
     threads_per_process,
 )
+from .timing import synchronize
 from .traffic import collective_bytes
 
 __all__ = ["ring_all_reduce", "naive_all_reduce", "ring_traffic_per_rank",
@@ -364,16 +365,11 @@ def time_all_reduce(sizes_bytes, repeats=5, algorithms=("builtin", "ring", "naiv
 
 
 def _slowest_rank_seconds(all_reduce, x):
-    _synchronize(x.device)
+    synchronize(x.device)
     dist.barrier()
     start = time.perf_counter()
     all_reduce(x)
-    _synchronize(x.device)  # on a GPU the call returns before the work is done
+    synchronize(x.device)  # on a GPU the call returns before the work is done
     elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=x.device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return elapsed.item()
-
-
-def _synchronize(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -45,6 +45,7 @@ import warnings
 import torch
 from torch import nn
 
+from .timing import synchronize
 from .traffic import tensor_bytes  # noqa: F401 - re-exported: notebooks use parallel.tensor_bytes
 
 __all__ = ["as_device", "chunk_sizes", "Broadcast", "replicate", "scatter", "scatter_kwargs",
@@ -196,12 +197,8 @@ def _now(sync, device=None):
     """``time.perf_counter()``; when ``sync`` (a timeline is being recorded), first wait for the
     GPU work already queued (on ``device``, or on every GPU). GPUs run asynchronously: without the
     wait a span would time the launch of its kernels, not their work."""
-    if sync and torch.cuda.is_available() and torch.cuda.is_initialized():
-        if device is None:
-            for i in range(torch.cuda.device_count()):
-                torch.cuda.synchronize(i)
-        elif device.type == "cuda":
-            torch.cuda.synchronize(device)
+    if sync:
+        synchronize(device)
     return time.perf_counter()
 
 

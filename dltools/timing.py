@@ -7,10 +7,17 @@ import torch
 __all__ = ["Timer", "Accumulator"]
 
 
-def _synchronize():
-    # CUDA kernels run asynchronously: without this a timer reads how long it took to *launch* work.
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+def synchronize(device=None):
+    """Wait for the GPU work already queued: on ``device``, or on every GPU (``None``); nothing to
+    wait for on a CPU. CUDA kernels run asynchronously: without this a timer reads how long it took
+    to *launch* work, and with one GPU's wait only, the others' work is missed (DataParallel)."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return
+    if device is None:
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(i)
+    elif torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class Timer:
@@ -32,12 +39,12 @@ class Timer:
 
     def start(self):
         """Start the timer."""
-        _synchronize()
+        synchronize()
         self.tik = time.perf_counter()
 
     def stop(self):
         """Stop the timer, record the time in ``self.times`` and return it."""
-        _synchronize()
+        synchronize()
         self.times.append(time.perf_counter() - self.tik)
         return self.times[-1]
 

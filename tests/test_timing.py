@@ -1,6 +1,7 @@
 import time
 
 import pytest
+import torch
 
 import dltools
 
@@ -55,3 +56,15 @@ def test_accumulator_rejects_wrong_number_of_values():
     acc = dltools.Accumulator(3)
     with pytest.raises(ValueError, match="holds 3 variables, add\\(\\) got 2"):
         acc.add(1, 2)
+
+
+def test_timer_waits_for_every_gpu(monkeypatch):
+    """DataParallel queues work on several GPUs: a timer must wait for all of them (faked CUDA)."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    timer = dltools.Timer()
+    timer.stop()
+    assert calls == [0, 1, 0, 1]
