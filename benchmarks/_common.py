@@ -6,7 +6,6 @@ this folder on ``sys.path``, so ``import _common`` works without making ``benchm
 """
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -67,25 +66,13 @@ def save_figure(fig, path):
     print(f"\nplot saved to {os.path.relpath(path, Path.cwd())}")
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_line():
-    """One line saying where and when the numbers were measured."""
-    import torch
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    gpu = f"{gpus} x {torch.cuda.get_device_name(0)}" if gpus else "no GPU"
-    return (f"Machine: {cpu_model()}, {os.cpu_count()} CPU cores, {gpu}; Python "
-            f"{platform.python_version()}, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} torch threads; "
+    """One line saying where and when the numbers were measured (from ``dltools.device_report``)."""
+    import dltools
+    r = dltools.device_report()
+    gpu = f"{r['num_gpus']} x {r['gpu_names'][0]}" if r["num_gpus"] else "no GPU"
+    return (f"Machine: {r['cpu']}, {r['cpu_cores']} CPU cores, {gpu}; Python {r['python']}, "
+            f"torch {r['torch']}, {r['torch_threads']} torch threads; "
             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
 
 

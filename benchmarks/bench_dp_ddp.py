@@ -83,10 +83,10 @@ def ddp_worker(global_batch, smoke, threads):
 
     import dltools
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    if dist.get_backend() == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
-    else:
-        device = torch.device("cpu")
+    # The device launch's process group was made for ("cpu:gloo,cuda:nccl" on GPUs, a string that
+    # is not "nccl": the device follows the rule, not the backend's name).
+    device = dltools.devices.rank_device()
+    if device.type == "cpu":
         # The ranks share the cores: ``threads`` each (cores / ranks), not a thread per core each.
         torch.set_num_threads(threads)
     results = []
@@ -135,13 +135,11 @@ def main(argv=None):
     import dltools
     gpus = dltools.num_gpus()
     n = args.world_size or (gpus if gpus >= 2 else 2)
-    if gpus >= 2:
-        if n > gpus:
-            raise SystemExit(f"--world-size {n} but only {gpus} GPUs")
-        dp_devices, device = [dltools.gpu(i) for i in range(n)], dltools.gpu(0)
-    else:
-        dp_devices, device = ["cpu"] * n, torch.device("cpu")
-    backend = dltools.distributed_backend(dp_devices)
+    if 2 <= gpus < n:
+        raise SystemExit(f"--world-size {n} but only {gpus} GPUs")
+    dp_devices = dltools.replica_devices(n)
+    device = dp_devices[0]
+    backend = dltools.distributed.backend_for(device)
     global_batch = args.global_batch or (16 if args.smoke else 256)
     if global_batch % n:
         raise SystemExit(f"--global-batch {global_batch} must be divisible by {n} replicas")

@@ -36,21 +36,17 @@ import time
 import _common
 
 
-def synchronize(devices):
-    import torch
-    for d in {d for d in devices if d.type == "cuda"}:
-        torch.cuda.synchronize(d)
-
-
-def timed_median(fn, devices, repeats):
-    """Median seconds of ``fn()`` over ``repeats`` calls after one warm-up call, synchronised."""
+def timed_median(fn, repeats):
+    """Median seconds of ``fn()`` over ``repeats`` calls after one warm-up call, waiting for every
+    GPU before and after each call."""
+    from dltools.timing import synchronize
     fn()
     samples = []
     for _ in range(repeats):
-        synchronize(devices)
+        synchronize()
         t = time.perf_counter()
         fn()
-        synchronize(devices)
+        synchronize()
         samples.append(time.perf_counter() - t)
     return statistics.median(samples)
 
@@ -81,8 +77,8 @@ def measure(width, batch, devices, repeats, seed=0):
     out = {"params": dltools.num_params(fresh()[0])}
     net, opt = fresh()
     part = batch // n
-    out["single"] = timed_median(lambda: train_step(net, opt, X, y), devices, repeats)
-    out["part"] = timed_median(lambda: train_step(net, opt, X[:part], y[:part]), devices, repeats)
+    out["single"] = timed_median(lambda: train_step(net, opt, X, y), repeats)
+    out["part"] = timed_median(lambda: train_step(net, opt, X[:part], y[:part]), repeats)
 
     model = fresh()[0]
     traffic = dltools.traffic.dp_step_bytes(model, X.cpu(), num_devices=n)
@@ -90,7 +86,7 @@ def measure(width, batch, devices, repeats, seed=0):
                     for phase in ("scatter", "broadcast", "gather", "output_grads", "reduce")}
     # Copy bandwidth from device 0 to device 1, into new memory as every copy of a step is.
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    copy = timed_median(lambda: flat.to(devices[1], copy=True), devices, repeats)
+    copy = timed_median(lambda: flat.to(devices[1], copy=True), repeats)
     out["bandwidth"] = flat.numel() * flat.element_size() / copy
 
     if all(d.type == "cuda" for d in devices):
@@ -99,11 +95,11 @@ def measure(width, batch, devices, repeats, seed=0):
     else:
         def replicate():
             return dltools.parallel.replicate(model, devices)
-    out["replicate"] = timed_median(replicate, devices, repeats)
+    out["replicate"] = timed_median(replicate, repeats)
 
     net, opt = fresh()
     dp = dltools.wrap_data_parallel(net, devices)
-    out["dp"] = timed_median(lambda: train_step(dp, opt, X, y), devices, repeats)
+    out["dp"] = timed_median(lambda: train_step(dp, opt, X, y), repeats)
     return out
 
 
@@ -131,10 +127,8 @@ def main(argv=None):
     n = args.world_size
     if n < 2:
         p.error(f"--world-size must be at least 2, got {n}")
-    gpus = dltools.num_gpus()
-    on_gpus = gpus >= n
-    devices = ([torch.device("cuda", i) for i in range(n)] if on_gpus
-               else [torch.device("cpu")] * n)
+    devices = dltools.replica_devices(n)
+    on_gpus = devices[0].type == "cuda"
     width = args.width or (4 if args.smoke else 64 if on_gpus else 16)
     batch = args.batch or (8 if args.smoke else 512 if on_gpus else 128)
     if batch % n:

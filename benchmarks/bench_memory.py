@@ -12,10 +12,10 @@ padding the short shards, so its busiest rank holds more than 1/N). One
 launch per world size runs every technique (gloo on CPUs, nccl with a GPU per rank); 1 rank runs
 in this process. The table shows the busiest rank.
 """
-import torch
 
 import _common
 from dltools.beyond.runs import STAGES, predicted_memory, run_all
+from dltools.devices import backend_for, rank_device
 from dltools.distributed import launch, single_process_group
 
 TECHNIQUES = ("ddp", "zero1", "fsdp_zero3", "tp")
@@ -27,8 +27,7 @@ TARGET = 0.01   # measured within 1% of predicted, part by part
 def measure(config, world_size):
     """Every rank's results of ``run_all(config)`` on ``world_size`` ranks."""
     if world_size == 1:
-        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-        with single_process_group(backend):
+        with single_process_group(backend_for(rank_device())):
             return [run_all(config)]
     return launch(run_all, world_size, config, timeout=600)
 

@@ -25,7 +25,15 @@ from .data import (
     regression_data,
     synthetic_data,
 )
-from .devices import cpu, device_report, distributed_backend, gpu, num_gpus, try_all_gpus, try_gpu
+from .devices import (
+    cpu,
+    device_report,
+    gpu,
+    num_gpus,
+    replica_devices,
+    try_all_gpus,
+    try_gpu,
+)
 from .models import Residual, init_weights_normal, num_params, resnet18
 from .parallel import chunk_sizes, data_parallel, split_batch, wrap_data_parallel
 from .timing import Accumulator, Timer

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .distributed import rank_device
+from .devices import rank_device
 
 __all__ = ["AllReduceLog", "logged_all_reduce", "demo_model", "wrap_ddp", "bucket_log",
            "no_sync_log", "unused_parameters_log", "checkpoint_roundtrip", "internals_demo",

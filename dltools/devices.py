@@ -1,16 +1,30 @@
-"""Device discovery: which devices a notebook should use, and which distributed backend goes with
-them.
+"""Every device decision of the course, made here and nowhere else.
 
-Every notebook chooses its devices here, at run time, so the same cell uses the CPU on a laptop,
-one GPU on Colab and all GPUs on a server. Nothing in the course hard-codes ``cuda:0``.
+- which GPUs there are: :func:`num_gpus`, :func:`try_gpu`, :func:`try_all_gpus`;
+- the devices of ``k`` data-parallel replicas: :func:`replica_devices` (``k`` GPUs when the machine
+  has them, else the CPU ``k`` times: ``dltools.parallel`` runs CPU replicas in threads);
+- a distributed rank's device and its process group's backend: :func:`rank_device`,
+  :func:`backend_for` (``dltools.launch.setup_process_group`` and the training scripts use them);
+- what the machine is: :func:`device_report`, which notebooks print, and benchmarks and scripts
+  put in their results.
+
+So the same cell uses the CPU on a laptop, one GPU on Colab and all GPUs on a server. Nothing in the
+course hard-codes ``cuda:0``.
 """
 import os
 import platform
+import warnings
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
-__all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "device_report",
-           "distributed_backend"]
+__all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "replica_devices", "rank_device",
+           "backend_for", "device_report", "CPU_REPLICAS"]
+
+#: Replicas the notebooks' DataParallel demos use on a machine with fewer than 2 GPUs: three, so
+#: that a batch splits unevenly and each replica's share shows.
+CPU_REPLICAS = 3
 
 
 def cpu():
@@ -40,11 +54,11 @@ def num_gpus():
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _check_index(i):
-    if isinstance(i, bool) or not isinstance(i, int):
-        raise TypeError(f"the GPU index must be an int, got {i!r} ({type(i).__name__})")
-    if i < 0:
-        raise ValueError(f"the GPU index must be 0 or more, got {i}")
+def _check_count(name, value, least):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < least:
+        raise ValueError(f"{name} must be {least} or more, got {value}")
 
 
 def try_gpu(i=0):
@@ -53,7 +67,7 @@ def try_gpu(i=0):
     >>> try_gpu(10_000)   # no machine has that many GPUs: falls back to the CPU
     device(type='cpu')
     """
-    _check_index(i)
+    _check_count("the GPU index", i, 0)
     return gpu(i) if num_gpus() >= i + 1 else cpu()
 
 
@@ -73,51 +87,113 @@ def try_all_gpus():
     return [gpu(i) for i in range(n)] if n else [cpu()]
 
 
-def distributed_backend(devices=None):
-    """Pick the ``torch.distributed`` backend: ``'nccl'`` for CUDA devices, ``'gloo'`` otherwise.
+def replica_devices(k=None):
+    """The devices of ``k`` data-parallel replicas: GPUs 0..k-1 when the machine has ``k`` GPUs,
+    else the CPU ``k`` times (``dltools.parallel`` then runs the replicas in threads).
 
-    With no argument, decide from what the machine has.
+    ``k=None``: every GPU when there are two or more, else the CPU :data:`CPU_REPLICAS` times
+    (one GPU alone would show no splitting).
 
-    >>> distributed_backend([cpu()])
-    'gloo'
-    >>> distributed_backend([gpu(0), gpu(1)])
-    'nccl'
+    >>> replica_devices(10_000)[:2]   # no machine has that many GPUs: CPU replicas
+    [device(type='cpu'), device(type='cpu')]
+    >>> len(replica_devices()) == (num_gpus() if num_gpus() >= 2 else CPU_REPLICAS)
+    True
     """
-    if devices is None:
-        devices = try_all_gpus()
-    devices = [torch.device(d) for d in devices]
-    if not devices:
-        raise ValueError("distributed_backend needs at least one device (got an empty list)")
-    kinds = {d.type for d in devices}
-    if kinds == {"cuda"}:
-        nccl = torch.distributed.is_available() and torch.distributed.is_nccl_available()
-        return "nccl" if nccl else "gloo"
+    if k is None:
+        n = num_gpus()
+        return [gpu(i) for i in range(n)] if n >= 2 else [cpu()] * CPU_REPLICAS
+    _check_count("the number of replicas", k, 1)
+    return [gpu(i) for i in range(k)] if num_gpus() >= k else [cpu()] * k
+
+
+def rank_device():
+    """This rank's device: ``cuda:LOCAL_RANK`` when there is a GPU per local process, else the CPU.
+
+    ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` come from the environment (torchrun and
+    ``dltools.launch`` set them; 0 and 1 outside a launcher). On a GPU the device is also made the
+    current CUDA device, as ``torch.cuda.set_device`` does. With fewer GPUs than local processes
+    (say 1 GPU and 2 processes) every rank uses the CPU, with a warning: two ranks of an NCCL group
+    cannot share a GPU, and mixing GPU and CPU ranks would give each rank a different backend.
+
+    >>> cuda = torch.cuda.is_available()   # outside a launcher: LOCAL_RANK 0 of 1
+    >>> rank_device() == (torch.device('cuda', 0) if cuda else torch.device('cpu'))
+    True
+    """
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if not 0 <= local_rank < local_world_size:
+        raise ValueError(f"LOCAL_RANK={local_rank} must be in [0, LOCAL_WORLD_SIZE="
+                         f"{local_world_size})")
+    if num_gpus() >= local_world_size:
+        device = gpu(local_rank)
+        torch.cuda.set_device(device)
+        return device
+    if num_gpus():
+        warnings.warn(f"{num_gpus()} GPU(s) for {local_world_size} processes on this node: every "
+                      "rank runs on the CPU (gloo). Start one process per GPU "
+                      f"(--nproc_per_node={num_gpus()}) to use them.", stacklevel=2)
+    return cpu()
+
+
+def backend_for(device):
+    """The process-group backend for ranks on ``device``.
+
+    ``"cpu:gloo,cuda:nccl"`` for CUDA ranks (NCCL for their CUDA tensors, gloo for any CPU tensor,
+    e.g. a loss total or ``all_gather_object``), ``"gloo"`` for CPU ranks. A bare ``"nccl"`` group
+    would refuse CPU tensors.
+
+    >>> backend_for(torch.device('cpu')), backend_for(torch.device('cuda', 1))
+    ('gloo', 'cpu:gloo,cuda:nccl')
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not dist.is_nccl_available():
+            raise RuntimeError("this PyTorch build has no NCCL: distributed training on GPUs "
+                               "needs it (install a CUDA build of PyTorch on Linux)")
+        return "cpu:gloo,cuda:nccl"
     return "gloo"
 
 
+def _cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def device_report():
-    """Describe what PyTorch sees, as a dict (printing it gives a readable report).
+    """Describe the machine and what PyTorch sees, as a dict (printing it gives a readable report).
 
     ``CUDA_VISIBLE_DEVICES`` is honoured: the GPUs listed are the ones this process may use.
+    ``backend`` is what :func:`backend_for` gives a rank here with one process per GPU.
 
     >>> r = device_report()
     >>> r['devices'][0] in ('cpu', 'cuda:0')
     True
-    >>> r['backend'] in ('gloo', 'nccl')
+    >>> r['backend'] in ('gloo', 'cpu:gloo,cuda:nccl')
     True
     """
-    devices = try_all_gpus()
+    try:
+        backend = backend_for(try_gpu())
+    except RuntimeError:
+        backend = "none for GPU ranks: this PyTorch build has no NCCL (gloo on the CPU)"
     report = {
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "cuda_available": torch.cuda.is_available(),
         "num_gpus": num_gpus(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "cpu_cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "devices": [str(d) for d in devices],
+        "devices": [str(d) for d in try_all_gpus()],
         "gpu_names": [torch.cuda.get_device_name(i) for i in range(num_gpus())],
-        "backend": distributed_backend(devices),
+        "backend": backend,
     }
     return _Report(report)
 

@@ -7,8 +7,9 @@ with point-to-point sends and receives; ``alpha_beta_time`` is their cost model;
 group. The functions marked "inside a process group" are worker functions: run them with
 :func:`launch`, e.g. ``launch(collectives_demo, 2)``.
 
-The machinery (starting workers, the device rule, failures, ``torchrun``) lives in
-:mod:`dltools.launch`; its public names are importable from here too.
+The machinery (starting workers, failures, ``torchrun``) lives in :mod:`dltools.launch`, the
+device rule (``rank_device``, ``backend_for``) in :mod:`dltools.devices`; their names are
+importable from here too.
 """
 import math
 import os
@@ -17,14 +18,13 @@ import time
 import torch
 import torch.distributed as dist
 
+from .devices import backend_for, rank_device
 from .launch import (
     DEFAULT_TIMEOUT,
     TorchrunError,
     WorkerError,
     WorkerTimeoutError,
-    backend_for,
     launch,
-    rank_device,
     run_torchrun,
     setup_process_group,
     single_process_group,
@@ -38,8 +38,10 @@ __all__ = ["ring_all_reduce", "naive_all_reduce", "ring_traffic_per_rank",
            "collectives_demo", "rank_info", "run_in_sequence", "raise_on_rank", "hang_on_rank",
            # from dltools.launch:
            "launch", "run_torchrun", "WorkerError", "WorkerTimeoutError", "TorchrunError",
-           "single_process_group", "rank_device", "backend_for", "setup_process_group",
-           "threads_per_process", "DEFAULT_TIMEOUT"]
+           "single_process_group", "setup_process_group", "threads_per_process",
+           "DEFAULT_TIMEOUT",
+           # from dltools.devices:
+           "rank_device", "backend_for"]
 
 
 # ------------------------------------------------------------------ all-reduce from scratch

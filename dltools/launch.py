@@ -6,12 +6,13 @@ the machinery they use without needing to read it. Every public name here is als
 ``dltools.distributed``.
 
 **One device rule** for every worker and script (the training scripts' ``setup_ddp()`` calls
-:func:`setup_process_group`): a rank uses ``cuda:LOCAL_RANK`` when the machine has a GPU for each
-of its local processes, and makes it the current CUDA device (so that a bare ``"cuda"`` means
-it; the group is also bound to it with ``device_id=``, which ``barrier`` uses, and object
-collectives go through the group's gloo half); otherwise every rank uses the CPU. The process
-group gets gloo for CPU tensors and, when the ranks have GPUs, NCCL for CUDA tensors
-(``"cpu:gloo,cuda:nccl"``), so a collective works whatever device its tensors are on.
+:func:`setup_process_group`), written in ``dltools.devices`` (``rank_device``, ``backend_for``): a
+rank uses ``cuda:LOCAL_RANK`` when the machine has a GPU for each of its local processes, and makes
+it the current CUDA device (so that a bare ``"cuda"`` means it; the group is also bound to it with
+``device_id=``, which ``barrier`` uses, and object collectives go through the group's gloo half);
+otherwise every rank uses the CPU. The process group gets gloo for CPU tensors and, when the ranks
+have GPUs, NCCL for CUDA tensors (``"cpu:gloo,cuda:nccl"``), so a collective works whatever device
+its tensors are on.
 
 ``launch(fn, world_size, *args)`` runs ``fn(*args)`` in ``world_size`` processes that each have
 that process group and returns their return values to the caller, in rank order. It uses PyTorch's
@@ -34,15 +35,15 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["WorkerError", "WorkerTimeoutError", "TorchrunError", "rank_device", "backend_for",
-           "setup_process_group", "launch", "threads_per_process", "single_process_group",
-           "run_torchrun"]
+from .devices import backend_for, num_gpus, rank_device
+
+__all__ = ["WorkerError", "WorkerTimeoutError", "TorchrunError", "setup_process_group", "launch",
+           "threads_per_process", "single_process_group", "run_torchrun", "descendants"]
 
 #: Default seconds a collective may wait for a peer.
 DEFAULT_TIMEOUT = 60.0
@@ -68,59 +69,7 @@ class TorchrunError(subprocess.CalledProcessError):
         return f"{super().__str__()}\n--- last lines of its output ---\n{tail}"
 
 
-# ------------------------------------------------------------------ the device rule
-
-
-def _gpus_per_local_process(local_world_size):
-    return torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size
-
-
-def rank_device():
-    """This rank's device: ``cuda:LOCAL_RANK`` when there is a GPU per local process, else the CPU.
-
-    ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` come from the environment (torchrun and
-    :func:`launch` set them; 0 and 1 outside a launcher). On a GPU the device is also made the
-    current CUDA device, as ``torch.cuda.set_device`` does. With fewer GPUs than local processes
-    (say 1 GPU and 2 processes) every rank uses the CPU: two ranks of an NCCL group cannot share a
-    GPU, and mixing GPU and CPU ranks would give each rank a different backend.
-
-    >>> cuda = torch.cuda.is_available()   # outside a launcher: LOCAL_RANK 0 of 1
-    >>> rank_device() == (torch.device('cuda', 0) if cuda else torch.device('cpu'))
-    True
-    """
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    if not 0 <= local_rank < local_world_size:
-        raise ValueError(f"LOCAL_RANK={local_rank} must be in [0, LOCAL_WORLD_SIZE="
-                         f"{local_world_size})")
-    if _gpus_per_local_process(local_world_size):
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        return device
-    if torch.cuda.is_available():
-        warnings.warn(f"{torch.cuda.device_count()} GPU(s) for {local_world_size} processes on "
-                      "this node: every rank runs on the CPU (gloo). Start one process per GPU "
-                      f"(--nproc_per_node={torch.cuda.device_count()}) to use them.", stacklevel=2)
-    return torch.device("cpu")
-
-
-def backend_for(device):
-    """The process-group backend for ranks on ``device``.
-
-    ``"cpu:gloo,cuda:nccl"`` for CUDA ranks (NCCL for their CUDA tensors, gloo for any CPU tensor,
-    e.g. a loss total or ``all_gather_object``), ``"gloo"`` for CPU ranks. A bare ``"nccl"`` group
-    would refuse CPU tensors.
-
-    >>> backend_for(torch.device('cpu')), backend_for(torch.device('cuda', 1))
-    ('gloo', 'cpu:gloo,cuda:nccl')
-    """
-    device = torch.device(device)
-    if device.type == "cuda":
-        if not dist.is_nccl_available():
-            raise RuntimeError("this PyTorch build has no NCCL: distributed training on GPUs "
-                               "needs it (install a CUDA build of PyTorch on Linux)")
-        return "cpu:gloo,cuda:nccl"
-    return "gloo"
+# ------------------------------------------------------------------ the process group
 
 
 def setup_process_group(**init_kwargs):
@@ -180,10 +129,6 @@ def threads_per_process(num_processes):
     1
     """
     return max(1, usable_cores() // num_processes)
-
-
-def _num_gpus():
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _check_world_size(world_size):
@@ -322,9 +267,9 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT, deadlin
             raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     if timeout is None:
         raise ValueError("timeout must be a positive number of seconds, got None")
-    if backend is not None and "nccl" in backend and _num_gpus() < world_size:
+    if backend is not None and "nccl" in backend and num_gpus() < world_size:
         raise ValueError(f"backend {backend!r} needs one GPU per rank: {world_size} ranks, "
-                         f"{_num_gpus()} GPUs")
+                         f"{num_gpus()} GPUs")
     if backend == "gloo":
         # CPU only: with no visible GPU, the workers' rank_device() is the CPU.
         env = {**(env or {}), "CUDA_VISIBLE_DEVICES": ""}
@@ -478,16 +423,27 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _descendants(pid):
-    """The processes below ``pid`` (read from /proc; none where there is no /proc)."""
+def descendants(pid=None):
+    """The pids of the processes below ``pid`` (default: this one), children first; exited ones
+    (zombies) left out. Read from /proc: none where there is no /proc (macOS, Windows).
+
+    >>> import sys
+    >>> child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    >>> child.pid in descendants() or sys.platform != "linux"
+    True
+    >>> child.kill(); child.wait() != 0
+    True
+    """
+    pid = os.getpid() if pid is None else pid
     children = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue
-        fields = text[text.rfind(")") + 2:].split()   # after "pid (name) ": state, ppid, ...
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        state, ppid = text[text.rfind(")") + 2:].split()[:2]   # after "pid (name) "
+        if state != "Z":
+            children.setdefault(int(ppid), []).append(int(stat.parent.name))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -499,7 +455,7 @@ def _descendants(pid):
 def _stop_torchrun(proc):
     """Stop torchrun's session, then kill any of its workers still running (they have sessions
     of their own, and outlive a torchrun that was killed before it could stop them)."""
-    workers = _descendants(proc.pid) if proc.poll() is None else []
+    workers = descendants(proc.pid) if proc.poll() is None else []
     _kill_session(proc)
     for pid in workers:
         try:

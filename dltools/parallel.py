@@ -45,12 +45,12 @@ import warnings
 import torch
 from torch import nn
 
+from .devices import try_all_gpus
 from .timing import synchronize
-from .traffic import tensor_bytes  # noqa: F401 - re-exported: notebooks use parallel.tensor_bytes
 
 __all__ = ["as_device", "chunk_sizes", "Broadcast", "replicate", "scatter", "scatter_kwargs",
            "split_batch", "parallel_apply", "gather", "data_parallel", "DataParallel",
-           "wrap_data_parallel", "replica_index", "tensor_bytes"]
+           "wrap_data_parallel", "replica_index"]
 
 _local = threading.local()
 
@@ -578,7 +578,6 @@ class DataParallel(nn.Module):
     def __init__(self, module, device_ids=None, output_device=None, dim=0):
         super().__init__()
         if device_ids is None:
-            from .devices import try_all_gpus
             device_ids = try_all_gpus()
         self.module = module
         self.device_ids = _devices(device_ids, "device_ids")

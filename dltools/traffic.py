@@ -23,6 +23,8 @@ import copy
 
 import torch
 
+from .parallel import scatter
+
 __all__ = ["OPS", "collective_bytes", "dp_step_bytes", "pipelined_broadcast", "pipelined_reduce",
            "tensor_bytes"]
 
@@ -141,8 +143,6 @@ def dp_step_bytes(module, inputs, num_devices, dim=0):
     >>> t['reduce'], t['step']['master_received'], t['step']['total']
     ({'master_sent': 0, 'master_received': 88, 'total': 264}, 136, 864)
     """
-    from .parallel import scatter  # parallel imports tensor_bytes from here
-
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
         raise ValueError(f"num_devices must be an int >= 1, got {num_devices!r}")
     if not isinstance(inputs, tuple):

@@ -146,7 +146,7 @@ def check_split_batch(split_batch):
     if library or getattr(split_batch, "__module__", "") == "dltools.parallel":
         return report(False, "", "that is the library's split_batch: write your own function in "
                       "the cell above and pass it.", split_batch)
-    devices = dltools.try_all_gpus() if dltools.num_gpus() >= 2 else [torch.device("cpu")] * 3
+    devices = dltools.replica_devices()
     cases = [(10, 3), (12, 4), (7, 2), (2, 3), (1, 1), (30, 8)]
     for rows, k in cases:
         devs = (devices * k)[:k]
@@ -212,7 +212,7 @@ def check_allreduce(allreduce):
         return report(None, "", "", None)
     if not callable(allreduce):
         return report(False, "", "pass the function itself (its name, without calling it).", 0)
-    devices = dltools.try_all_gpus() if dltools.num_gpus() >= 2 else [torch.device("cpu")] * 3
+    devices = dltools.replica_devices()
     # 1. the sum, on every device, in place
     gen = torch.Generator().manual_seed(1)
     for k in (2, 3, 4):

@@ -34,7 +34,6 @@ import copy
 import datetime
 import json
 import os
-import platform
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -48,6 +47,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 import dltools
+from common import (  # scripts/common.py, beside this file
+    load_split,
+    setup_ddp,
+    teardown_ddp,
+    to_input,
+    write_report,
+)
 
 CONFIGS = {  # name: (devices, batch, lr, warm-up); batches are the seed's, before --batch-divisor
     "one-256": ("one", 256, 0.1, False),
@@ -58,29 +64,16 @@ CONFIGS = {  # name: (devices, batch, lr, warm-up); batches are the seed's, befo
 }
 
 
-def load_split(train, n, root):
-    images, labels = dltools.data.load_fashion_mnist(train=train, root=root)
-    if n is not None:
-        if not 1 <= n <= len(labels):
-            split = "train" if train else "test"
-            raise ValueError(f"--num-{split} must be between 1 and {len(labels)}, got {n}")
-        images, labels = images[:n], labels[:n]
-    return images, labels
-
-
-def to_input(images, device):
-    # As dltools.load_data_fashion_mnist: uint8 (B, 28, 28) -> float (B, 1, 28, 28) in [0, 1].
-    return images.to(device).unsqueeze(1).float().div_(255)
-
-
 class Trainer:
     """One run: a fresh network for ``seed``, trained with SGD, scored on the test set per epoch."""
 
     def __init__(self, kind, batch_size, lr, warmup_epochs, seed, args, device):
         self.kind, self.device, self.seed = kind, device, seed
         self.bn_images = args.bn_images
-        self.train_images, self.train_labels = load_split(True, args.num_train, args.data_root)
-        self.test_images, self.test_labels = load_split(False, args.num_test, args.data_root)
+        self.train_images, self.train_labels = load_split(True, args.num_train,
+                                                          args.data_root).tensors
+        self.test_images, self.test_labels = load_split(False, args.num_test,
+                                                        args.data_root).tensors
         dltools.seed_everything(seed)
         net = dltools.resnet18(10, width=args.width)
         net.apply(dltools.init_weights_normal)  # d2l: N(0, 0.01^2) for Conv2d and Linear weights
@@ -95,7 +88,7 @@ class Trainer:
                                  f"{world} processes: use --nproc_per_node=2 (the seed's two GPUs)")
             self.batch_size = batch_size // world  # per process; the global batch stays the same
         else:
-            devices = [device] if kind == "one" else replica_devices(2)
+            devices = [device] if kind == "one" else dltools.replica_devices(2)
             self.device = devices[0]  # DataParallel takes its inputs on its first device
             self.model = dltools.wrap_data_parallel(net, devices)
             self.generator = torch.Generator().manual_seed(seed)
@@ -191,19 +184,12 @@ class Trainer:
         return history
 
 
-def replica_devices(n):
-    """n GPUs if the machine has them, else the CPU n times (thread replicas)."""
-    if torch.cuda.device_count() >= n:
-        return [torch.device("cuda", i) for i in range(n)]
-    return [torch.device("cpu")] * n
-
-
 def run_one(name, seed, args, device=None):
     """Train configuration ``name`` with ``seed``; return its record for the report."""
     kind, batch, lr, warm = CONFIGS[name]
     batch //= args.batch_divisor
     if device is None:
-        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        device = dltools.replica_devices(1)[0]
     trainer = Trainer(kind, batch, lr, args.warmup_epochs if warm else 0, seed, args, device)
     history = trainer.train(args.epochs)
     return {"config": name, "seed": seed, "devices": kind, "batch_size": batch, "lr": lr,
@@ -217,22 +203,6 @@ def run_one(name, seed, args, device=None):
 def _run_in_worker(name, seed, args, threads):
     torch.set_num_threads(threads)
     return run_one(name, seed, args)
-
-
-def machine():
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-            "python": platform.python_version(), "torch": torch.__version__,
-            "platform": platform.platform()}
 
 
 def scale(args):
@@ -254,14 +224,13 @@ def load_done(path, args):
     return []
 
 
-def write_report(path, args, runs, started):
+def save_report(path, args, runs, started):
+    """The report of ``runs`` so far, written to ``path`` (if given) and returned."""
     report = {"script": "scripts/batch_scaling.py", "command": " ".join(sys.argv),
               "started": started, "finished": datetime.datetime.now().isoformat(timespec="seconds"),
-              "machine": machine(), "scale": scale(args), "jobs": args.jobs,
+              "machine": dict(dltools.device_report()), "scale": scale(args), "jobs": args.jobs,
               "runs": runs}   # each run records its own torch threads and world size
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(report, indent=1) + "\n")
+    write_report(path, **report)
     return report
 
 
@@ -285,8 +254,9 @@ def plot(report, path):
     axes[2].set(xlabel="epoch", title="BatchNorm statistics re-estimated")
     axes[0].legend(fontsize=8)
     m, s = report["machine"], report["scale"]
+    gpus = m.get("gpu_names", m.get("gpus"))   # "gpus" in reports written before device_report
     fig.suptitle(f"width {s['width']}, {s['num_train'] or 60000} images, batches / "
-                 f"{s['batch_divisor']}; {m['gpus'][0] if m['gpus'] else m['cpu']}", fontsize=9)
+                 f"{s['batch_divisor']}; {gpus[0] if gpus else m['cpu']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
@@ -322,7 +292,6 @@ def parse_args(argv=None):
 
 def main_ddp(args):
     """Under torchrun: every configuration must be DDP; rank 0 writes the report."""
-    from common import setup_ddp, teardown_ddp  # scripts/common.py, beside this file
     if set(args.configs) != {"ddp-512"}:
         sys.exit("under torchrun only --configs ddp-512 runs (the others are one process)")
     device = setup_ddp()
@@ -338,9 +307,9 @@ def main_ddp(args):
             continue
         runs.append(run_one("ddp-512", seed, args, device))
         if dist.get_rank() == 0:
-            write_report(args.report, args, runs, started)
+            save_report(args.report, args, runs, started)
     if dist.get_rank() == 0:
-        write_report(args.report, args, runs, started)
+        save_report(args.report, args, runs, started)
     teardown_ddp()   # only after success: a rank that raised leaves at once, and torchrun
     # stops the others (a barrier here would wait for peers blocked in training's collectives)
 
@@ -366,8 +335,8 @@ def main(argv=None):
         for (c, s), f in zip(todo, futures):
             runs.append(f.result())
             print(f"{c:15s} seed {s}: test acc {runs[-1]['test_acc']:.4f}", flush=True)
-            report = write_report(args.report, args, runs, started)
-    report = write_report(args.report, args, runs, started)
+            report = save_report(args.report, args, runs, started)
+    report = save_report(args.report, args, runs, started)
     if args.figure:
         plot(report, args.figure)
     return report

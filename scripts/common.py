@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -83,8 +84,9 @@ def build_model(width=8):
 
 
 def load_split(train, num, root=None):
-    """Fashion-MNIST's training or test set (its first ``num`` images; all if None) as uint8 images
-    and labels: kept as bytes until :func:`to_input`, which converts on the device."""
+    """Fashion-MNIST's training or test set (its first ``num`` images; all if None) as a dataset of
+    uint8 images and labels (``.tensors``): kept as bytes until :func:`to_input`, which converts
+    on the device."""
     images, labels = dltools.data.load_fashion_mnist(train=train, root=root)
     if num is not None:
         if not 1 <= num <= len(labels):
@@ -120,12 +122,6 @@ def count_correct(net, images, labels, batch_size, device):
     return counts
 
 
-def synchronize(device):
-    """Wait for the device's queued work (a GPU runs asynchronously), so times are real."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 # ------------------------------------------------------------------ reports
 
 
@@ -159,7 +155,16 @@ def shard_report(shards, orders, num_train):
 
 
 def write_report(path, **results):
-    """Write ``results`` as JSON to ``path`` (``--report``); nothing when no path was given."""
+    """Write ``results`` as JSON to ``path`` (``--report``); nothing when no path was given.
+
+    The file is written whole or not at all: to a temporary file beside it, then renamed over it,
+    so an interruption never leaves half a report where the earlier one was."""
     if path:
-        with open(path, "w") as f:
-            json.dump(results, f, indent=1)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(results, indent=1) + "\n")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)

@@ -26,11 +26,11 @@ from common import (
     setup_ddp,
     shard_report,
     summary,
-    synchronize,
     teardown_ddp,
     to_input,
     write_report,
 )
+from dltools.timing import synchronize
 
 
 class Trainer:

@@ -21,10 +21,10 @@ from common import (
     fingerprint,
     load_split,
     summary,
-    synchronize,
     to_input,
     write_report,
 )
+from dltools.timing import synchronize
 
 
 class Trainer:

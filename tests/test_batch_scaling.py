@@ -96,9 +96,10 @@ def test_bad_arguments_are_refused_with_a_message():
     assert proc.returncode == 2 and "--batch-divisor" in proc.stderr
 
 
-def test_the_committed_results_match_the_committed_script():
+def test_the_committed_results_match_the_committed_script(monkeypatch):
     """results/batch_scaling_cpu.json (read by notebook 04) was written by this script: its command
     parses with today's options, and gives the scale the file records."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))   # as running it does: common.py beside it
     spec = importlib.util.spec_from_file_location("batch_scaling", SCRIPT)
     batch_scaling = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(batch_scaling)

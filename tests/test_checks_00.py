@@ -3,11 +3,7 @@ import pytest
 import torch
 
 import checks_00 as checks
-
-
-def verdict(capsys, check, answer):
-    ok = check(answer)
-    return ok, capsys.readouterr().out
+from support.checks import assert_help_hides, assert_right, assert_unanswered, assert_wrong
 
 
 @pytest.mark.parametrize("check, right", [
@@ -17,8 +13,7 @@ def verdict(capsys, check, answer):
     (checks.check_resized_batch_shape, torch.Size([256, 1, 64, 64])),
 ])
 def test_right_answers_pass(capsys, check, right):
-    ok, out = verdict(capsys, check, right)
-    assert ok is True and out.startswith("Correct:")
+    assert_right(capsys, check, right)
 
 
 @pytest.mark.parametrize("check, wrong", [
@@ -35,14 +30,11 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_resized_batch_shape, "(256, 1, 64, 64)"),
 ])
 def test_typical_wrong_answers_fail(capsys, check, wrong):
-    ok, out = verdict(capsys, check, wrong)
-    assert ok is False and out.startswith("Not yet:")
+    assert_wrong(capsys, check, wrong)
 
 
 @pytest.mark.parametrize("check", [checks.check_batches_per_epoch, checks.check_label_index,
                                    checks.check_resized_batch_shape])
 def test_unanswered_and_no_answer_in_the_help(capsys, check):
-    ok, out = verdict(capsys, check, None)
-    assert ok is False and out.startswith("Not answered yet")
-    for secret in ("235", "(256, 1, 64, 64)", " 7"):
-        assert secret not in (check.__doc__ or "")
+    assert_unanswered(capsys, check)
+    assert_help_hides(check, ("235", "(256, 1, 64, 64)", " 7"))

@@ -12,13 +12,10 @@ import checks_01 as checks
 import dltools
 from dltools.parallel import scatter as library_scatter
 from dltools.parallel import split_batch as library_split
+from support.checks import assert_help_hides, assert_right, assert_unanswered, assert_wrong, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def verdict(capsys, check, answer):
-    ok = check(answer)
-    return ok, capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ answers to predict
@@ -33,8 +30,7 @@ def verdict(capsys, check, answer):
     (checks.check_dp_visible_gpus, (2, 5)),
 ])
 def test_right_answers_pass(capsys, check, right):
-    ok, out = verdict(capsys, check, right)
-    assert ok is True and out.startswith("Correct:")
+    assert_right(capsys, check, right)
 
 
 @pytest.mark.parametrize("check, wrong", [
@@ -58,8 +54,7 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_dp_visible_gpus, 2),
 ])
 def test_typical_wrong_answers_fail(capsys, check, wrong):
-    ok, out = verdict(capsys, check, wrong)
-    assert ok is False and out.startswith("Not yet:")
+    assert_wrong(capsys, check, wrong)
 
 
 def test_hints_do_not_give_the_answer_away(capsys):
@@ -76,12 +71,8 @@ def test_hints_do_not_give_the_answer_away(capsys):
                                    checks.check_dp_wrapped_key, checks.check_dp_visible_gpus,
                                    checks.check_split_batch, checks.check_allreduce])
 def test_unanswered_and_no_answer_in_the_help(capsys, check):
-    ok, out = verdict(capsys, check, None)
-    assert ok is False and out.startswith("Not answered yet")
-    import inspect
-    shown = (check.__doc__ or "") + str(inspect.signature(check))
-    for secret in ("13, 13, 13, 11", "[2, 2]", "module.2.bias", "(2, 5)", "50", "5,2"):
-        assert secret not in shown
+    assert_unanswered(capsys, check)
+    assert_help_hides(check, ("13, 13, 13, 11", "[2, 2]", "module.2.bias", "(2, 5)", "50", "5,2"))
 
 
 def test_the_gpu_exercise_source_does_not_show_the_numbers():
@@ -148,8 +139,7 @@ def split_d2l_scatter(X, y, devices):  # d2l's exact code: nn.parallel.scatter n
 
 
 def test_split_batch_right(capsys):
-    ok, out = verdict(capsys, checks.check_split_batch, split_right)
-    assert ok is True and out.startswith("Correct:")
+    assert_right(capsys, checks.check_split_batch, split_right)
 
 
 @pytest.mark.parametrize("wrong, words", [
@@ -164,8 +154,7 @@ def test_split_batch_right(capsys):
     (functools.partial(dltools.split_batch), "your own split_batch"),
 ])
 def test_split_batch_wrong(capsys, wrong, words):
-    ok, out = verdict(capsys, checks.check_split_batch, wrong)
-    assert ok is False and words in out
+    assert_wrong(capsys, checks.check_split_batch, wrong, words)
 
 
 # ------------------------------------------------------------------ coding: allreduce
@@ -207,8 +196,7 @@ def allreduce_no_to(data):  # right on CPUs only: on GPUs, adding across devices
 
 
 def test_allreduce_right(capsys):
-    ok, out = verdict(capsys, checks.check_allreduce, allreduce_right)
-    assert ok is True and out.startswith("Correct:")
+    assert_right(capsys, checks.check_allreduce, allreduce_right)
 
 
 @pytest.mark.parametrize("wrong, words", [
@@ -218,8 +206,7 @@ def test_allreduce_right(capsys):
     (allreduce_no_to, "same device"),
 ])
 def test_allreduce_wrong(capsys, wrong, words):
-    ok, out = verdict(capsys, checks.check_allreduce, wrong)
-    assert ok is False and words in out
+    assert_wrong(capsys, checks.check_allreduce, wrong, words)
 
 
 # ------------------------------------------------------------------ the diagram script

@@ -1,16 +1,11 @@
 """Notebook 02's exercise checks: right answers pass, typical wrong answers fail."""
-import inspect
 
 import pytest
 import torch
 from torch import nn
 
 import checks_02 as checks
-
-
-def verdict(capsys, check, answer):
-    ok = check(answer)
-    return ok, capsys.readouterr().out
+from support.checks import assert_help_hides, assert_right, assert_unanswered, assert_wrong, verdict
 
 
 @pytest.mark.parametrize("check, right", [
@@ -23,8 +18,7 @@ def verdict(capsys, check, answer):
     (checks.check_sync_batchnorm, "nn.SyncBatchNorm"),
 ])
 def test_right_answers_pass(capsys, check, right):
-    ok, out = verdict(capsys, check, right)
-    assert ok is True and out.startswith("Correct:")
+    assert_right(capsys, check, right)
 
 
 @pytest.mark.parametrize("check, wrong", [
@@ -52,8 +46,7 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_sync_batchnorm, "syncbatchnorm2d"),
 ])
 def test_typical_wrong_answers_fail(capsys, check, wrong):
-    ok, out = verdict(capsys, check, wrong)
-    assert ok is False and out.startswith("Not yet:")
+    assert_wrong(capsys, check, wrong)
 
 
 def test_hints_do_not_give_the_answer_away(capsys):
@@ -70,11 +63,8 @@ def test_hints_do_not_give_the_answer_away(capsys):
                                    checks.check_replica_loss_weights, checks.check_broadcast_bytes,
                                    checks.check_sync_batchnorm, checks.check_loss_in_forward])
 def test_unanswered_and_no_answer_in_the_help(capsys, check):
-    ok, out = verdict(capsys, check, None)
-    assert ok is False and out.startswith("Not answered yet")
-    shown = (check.__doc__ or "") + str(inspect.signature(check))
-    for secret in ("(3,)", "0.4", "4000000", "4,000,000", "SyncBatchNorm", "reduction"):
-        assert secret not in shown
+    assert_unanswered(capsys, check)
+    assert_help_hides(check, ("(3,)", "0.4", "4000000", "4,000,000", "SyncBatchNorm", "reduction"))
 
 
 # ------------------------------------------------------------------ coding: loss in forward
@@ -118,8 +108,7 @@ class WrongSignature(Right):
 
 @pytest.mark.parametrize("right", [Right, RightPerSample])
 def test_loss_in_forward_right(capsys, right):
-    ok, out = verdict(capsys, checks.check_loss_in_forward, right)
-    assert ok is True and out.startswith("Correct:")
+    assert_right(capsys, checks.check_loss_in_forward, right)
 
 
 @pytest.mark.parametrize("wrong, words", [
@@ -127,5 +116,4 @@ def test_loss_in_forward_right(capsys, right):
     (Detached, "gradient"), (WrongSignature, "raised TypeError"), (Right(nn.Linear(4, 3)), "class"),
 ])
 def test_loss_in_forward_wrong(capsys, wrong, words):
-    ok, out = verdict(capsys, checks.check_loss_in_forward, wrong)
-    assert ok is False and words in out
+    assert_wrong(capsys, checks.check_loss_in_forward, wrong, words)

@@ -5,11 +5,7 @@ import inspect
 import pytest
 
 import checks_03 as checks
-
-
-def verdict(capsys, check, answer):
-    ok = check(answer)
-    return ok, capsys.readouterr().out
+from support.checks import assert_help_hides, assert_right, assert_unanswered, assert_wrong
 
 
 @pytest.mark.parametrize("check, right", [
@@ -22,8 +18,7 @@ def verdict(capsys, check, answer):
     (checks.check_padded_shards, [3, 2]),
 ])
 def test_right_answers_pass(capsys, check, right):
-    ok, out = verdict(capsys, check, right)
-    assert ok is True and out.startswith("Correct:")
+    assert_right(capsys, check, right)
 
 
 @pytest.mark.parametrize("check, wrong", [
@@ -52,19 +47,15 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_padded_shards, (3, 2, 0)),
 ])
 def test_typical_wrong_answers_fail(capsys, check, wrong):
-    ok, out = verdict(capsys, check, wrong)
-    assert ok is False and out.startswith("Not yet:")
+    assert_wrong(capsys, check, wrong)
 
 
 @pytest.mark.parametrize("check", [checks.check_ring_bytes_per_rank, checks.check_per_rank_batch,
                                    checks.check_without_set_epoch, checks.check_padded_shards,
                                    checks.check_ddp_worker])
 def test_unanswered_and_no_answer_in_the_help(capsys, check):
-    ok, out = verdict(capsys, check, None)
-    assert ok is False and out.startswith("Not answered yet")
-    shown = (check.__doc__ or "") + str(inspect.signature(check))
-    for secret in ("175", "24", "'b'", "(3, 2)", "DDP(", "same order", "seed + epoch"):
-        assert secret not in shown
+    assert_unanswered(capsys, check)
+    assert_help_hides(check, ("175", "24", "'b'", "(3, 2)", "DDP(", "same order", "seed + epoch"))
 
 
 # ------------------------------------------------------------------ coding: the DDP lines
@@ -138,10 +129,8 @@ def make_worker(name, folder):
 
 
 def test_ddp_worker_right(capsys, tmp_path):
-    ok, out = verdict(capsys, checks.check_ddp_worker, right_worker)
-    assert ok is True and out.startswith("Correct:")
-    ok, out = verdict(capsys, checks.check_ddp_worker, make_worker("unseeded", tmp_path))
-    assert ok is True and out.startswith("Correct:")
+    assert_right(capsys, checks.check_ddp_worker, right_worker)
+    assert_right(capsys, checks.check_ddp_worker, make_worker("unseeded", tmp_path))
 
 
 @pytest.mark.parametrize("name, words", [
@@ -156,11 +145,9 @@ def test_ddp_worker_right(capsys, tmp_path):
     ("unseeded_no_ddp", "Wrap the model in DDP"),
 ])
 def test_ddp_worker_wrong(capsys, tmp_path, name, words):
-    ok, out = verdict(capsys, checks.check_ddp_worker, make_worker(name, tmp_path))
-    assert ok is False and out.startswith("Not yet:") and words in out, out
+    assert_wrong(capsys, checks.check_ddp_worker, make_worker(name, tmp_path), words)
 
 
 @pytest.mark.parametrize("wrong", ["right_worker", right_worker.__call__, print])
 def test_ddp_worker_not_a_function(capsys, wrong):
-    ok, out = verdict(capsys, checks.check_ddp_worker, wrong)
-    assert ok is False and out.startswith("Not yet:")
+    assert_wrong(capsys, checks.check_ddp_worker, wrong)

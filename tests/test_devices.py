@@ -30,24 +30,75 @@ def test_try_gpu_rejects_non_int(bad):
         dltools.try_gpu(bad)
 
 
-def test_backend_follows_devices():
-    assert dltools.distributed_backend([torch.device("cpu")]) == "gloo"
-    assert dltools.distributed_backend(["cpu", "cpu"]) == "gloo"
-    # A mix of CPU and GPU cannot use nccl for the CPU ranks.
-    assert dltools.distributed_backend(["cuda:0", "cpu"]) == "gloo"
-    expected = "nccl" if torch.distributed.is_nccl_available() else "gloo"
-    assert dltools.distributed_backend(["cuda:0", "cuda:1"]) == expected
-    with pytest.raises(ValueError, match="at least one device"):
-        dltools.distributed_backend([])
+def fake_gpus(monkeypatch, count, nccl=True):
+    """Pretend the machine has ``count`` GPUs (named, not usable)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: f"Fake GPU {i}")
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: nccl)
+
+
+CPU, G = torch.device("cpu"), [torch.device("cuda", i) for i in range(4)]
+
+
+@pytest.mark.parametrize("gpus, k, expected", [
+    (0, 2, [CPU, CPU]),
+    (1, 2, [CPU, CPU]),              # one GPU cannot hold two replicas: the CPU twice, not a mix
+    (2, 2, G[:2]),
+    (4, 2, G[:2]),                   # the first k GPUs
+    (2, 3, [CPU] * 3),
+    (4, 1, G[:1]),
+    (0, None, [CPU] * dltools.devices.CPU_REPLICAS),
+    (1, None, [CPU] * dltools.devices.CPU_REPLICAS),
+    (2, None, G[:2]),
+    (4, None, G),                    # every GPU
+])
+def test_replica_devices_follows_the_rule(monkeypatch, gpus, k, expected):
+    fake_gpus(monkeypatch, gpus)
+    assert dltools.replica_devices(k) == expected
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (2.0, TypeError),
+                                        ("2", TypeError), (True, TypeError)])
+def test_replica_devices_refuses_a_bad_count(bad, error):
+    with pytest.raises(error, match="number of replicas"):
+        dltools.replica_devices(bad)
+
+
+@pytest.mark.parametrize("gpus, nccl, backend", [
+    (0, True, "gloo"),
+    (2, True, "cpu:gloo,cuda:nccl"),
+    (2, False, "none for GPU ranks"),   # e.g. Windows: CUDA without NCCL; the report still prints
+])
+def test_device_report_names_the_backend_a_rank_gets(monkeypatch, gpus, nccl, backend):
+    fake_gpus(monkeypatch, gpus, nccl)
+    r = dltools.device_report()
+    assert r["backend"].startswith(backend)
+    assert r["gpu_names"] == [f"Fake GPU {i}" for i in range(gpus)]
+    assert r["devices"] == [str(d) for d in (G[:gpus] or [CPU])]
 
 
 def test_device_report_is_consistent():
     r = dltools.device_report()
     assert r["num_gpus"] == dltools.num_gpus()
     assert r["devices"] == [str(d) for d in dltools.try_all_gpus()]
-    assert r["backend"] == dltools.distributed_backend()
+    assert r["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert r["cpu"] and r["cpu_cores"] >= 1 and r["torch_threads"] == torch.get_num_threads()
     text = str(r)
     assert "torch" in text and "backend" in text
+
+
+def test_one_definition_of_each_device_decision():
+    """The rule is written once: the other modules import it from dltools.devices."""
+    import dltools.beyond.model
+    import dltools.ddp_internals
+    import dltools.distributed
+    import dltools.launch
+    for module in (dltools.distributed, dltools.launch, dltools.ddp_internals):
+        assert module.rank_device is dltools.devices.rank_device
+    assert dltools.distributed.backend_for is dltools.devices.backend_for
+    assert not hasattr(dltools.devices, "distributed_backend")
+    assert not hasattr(dltools.beyond.model, "rank_device")
 
 
 def test_device_report_honours_cuda_visible_devices():

@@ -18,12 +18,12 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
+from ..devices import rank_device
 from .memory import CollectiveBytes, allocated_bytes, state_bytes
 from .model import (
     make_batch,
     make_model,
     max_rel_diff,
-    rank_device,
     reference_steps,
     update_diff,
 )

@@ -12,6 +12,8 @@ import collections
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..timing import synchronize
+
 __all__ = [
     "GB",
     "CollectiveBytes",
@@ -51,7 +53,7 @@ def allocated_bytes(device):
     """
     if device.type != "cuda":
         return None
-    torch.cuda.synchronize(device)
+    synchronize(device)
     return torch.cuda.max_memory_allocated(device)
 
 

@@ -5,7 +5,6 @@ of its parameters and is the block tensor parallelism splits. Widths divisible b
 let FSDP2 shard without padding, so measured bytes can be compared with the formulas exactly.
 """
 import copy
-import os
 
 import torch
 from torch import nn
@@ -15,7 +14,6 @@ __all__ = [
     "make_batch",
     "make_model",
     "max_rel_diff",
-    "rank_device",
     "reference_steps",
     "update_diff",
 ]
@@ -51,22 +49,6 @@ def make_batch(batch=32, width=64, seed=1):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, width, generator=gen)
     return x, torch.randn(batch, width, generator=gen)
-
-
-def rank_device():
-    """This rank's device: ``dltools.distributed.rank_device`` when it exists (same rule)."""
-    try:
-        from dltools.distributed import rank_device as shared
-    except ImportError:
-        shared = None
-    if shared is not None:
-        return shared()
-    if torch.cuda.is_available() and torch.cuda.device_count() >= int(
-            os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))):
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
 
 
 def max_rel_diff(a, b):

@@ -19,7 +19,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from .model import make_batch, make_model, max_rel_diff, rank_device
+from ..devices import rank_device
+from .model import make_batch, make_model, max_rel_diff
 
 __all__ = ["SCHEDULES", "bubble_fraction", "max_in_flight", "pipeline_run", "stage_blocks"]
 

@@ -8,9 +8,10 @@ after the other in the same process group and returns all their results
 import torch
 import torch.distributed as dist
 
+from ..devices import rank_device
 from .fsdp import fsdp_run
 from .memory import per_rank_bytes
-from .model import make_model, rank_device
+from .model import make_model
 from .pipeline import pipeline_run
 from .tensor_parallel import tp_run
 from .zero import zero1_run

@@ -19,8 +19,9 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from ..devices import rank_device
 from .memory import CollectiveBytes, allocated_bytes, state_bytes
-from .model import make_batch, make_model, max_rel_diff, rank_device, update_diff
+from .model import make_batch, make_model, max_rel_diff, update_diff
 
 __all__ = ["parallelize_mlp", "tp_run"]
 

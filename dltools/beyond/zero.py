@@ -15,12 +15,12 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ..devices import rank_device
 from .memory import CollectiveBytes, allocated_bytes, state_bytes
 from .model import (
     make_batch,
     make_model,
     max_rel_diff,
-    rank_device,
     reference_steps,
     update_diff,
 )

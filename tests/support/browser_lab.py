@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from dltools import launch
 from support import ROOT, load_course
 
 # Folders next to notebooks/ that notebooks may reach with relative paths such as ../scripts/x.py;
@@ -164,11 +165,13 @@ def expected_outputs(notebook):
 def _tree(pid):
     """The process ``pid`` and all its descendants (empty if it is gone), names noted while
     alive."""
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc] + proc.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
+    procs = []
+    for p in [pid, *launch.descendants(pid)]:
+        try:
+            procs.append(psutil.Process(p))
+        except psutil.NoSuchProcess:
+            if p == pid:
+                return []
     for p in procs:
         process_name(p)
     return procs

@@ -1,29 +1,14 @@
 """Processes a test started and did not stop: tests of launchers end with
 :func:`assert_no_process_left`."""
-import os
 import time
 from pathlib import Path
 
+from dltools import launch
+
 
 def descendants(pid=None):
-    """Pids of all processes below ``pid`` (default: this one), read from /proc."""
-    pid = os.getpid() if pid is None else pid
-    children = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if fields[0] != "Z":  # a zombie has exited already
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return [p for p in found if not _is_resource_tracker(p)]
+    """Pids of all processes below ``pid`` (default: this one), but Python's resource tracker."""
+    return [p for p in launch.descendants(pid) if not _is_resource_tracker(p)]
 
 
 def _is_resource_tracker(pid):
