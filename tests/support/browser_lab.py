@@ -25,11 +25,12 @@ import psutil
 from dltools import launch
 from support import ROOT, load_course
 
-# Folders next to notebooks/ that notebooks may reach with relative paths such as ../scripts/x.py;
-# they are copied whole (notebooks/ with its checks_NN.py) into the temporary tree with the same
-# layout. data/, if the repository has one, is linked (large, read-only).
+# The course's folders, in a temporary tree with the repository's layout: the notebooks' set-up
+# cell finds the course there (its dltools/), and dltools.paths its scripts/ and results/. The
+# folders a run may write to are copied whole (notebooks/ with its checks_NN.py); data/ (large),
+# dltools/ and results/, read-only, are linked.
 COPIED_DIRS = ("notebooks", "scripts", "images", "benchmarks")
-LINKED_DIRS = ("data",)
+LINKED_DIRS = ("data", "dltools", "results")
 # Browsers tried when Playwright's own is not installed, in this order (names on PATH, then the
 # usual places on macOS).
 SYSTEM_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable",

@@ -1,0 +1,106 @@
+"""The notebooks run anywhere a learner is (Colab, Kaggle, any folder), not only in notebooks/ of a
+checkout: tools/notebook_setup.py gives each one its set-up cell, badges and attached figures."""
+import shutil
+import subprocess
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import notebook_setup
+from support import ROOT
+
+NOTEBOOKS = notebook_setup.notebooks()
+
+
+def _links(text):
+    return notebook_setup.re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_as_the_tool_makes_it(path):
+    saved = nbformat.read(path, as_version=4)
+    made = notebook_setup.set_up(nbformat.read(path, as_version=4), path.name,
+                                 notebook_setup.repository_url())
+    assert [(c.cell_type, c.source, c.get("attachments")) for c in saved.cells] == \
+        [(c.cell_type, c.source, c.get("attachments")) for c in made.cells], (
+        f"run: .venv/bin/python tools/notebook_setup.py {path.relative_to(ROOT)} (then re-run it)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_first_code_cell_sets_up_and_nothing_assumes_the_folder(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert notebook_setup.SETUP_TAG in code[0].metadata.get("tags", [])
+    assert "".join(o.get("text", "") for o in code[0].outputs) == \
+        "This is a copy of the course: nothing to set up.\n"
+    for cell in nb.cells:
+        assert "Path.cwd()" not in cell.source or cell is code[0], cell.source
+        for link in _links(cell.source):
+            assert not link.startswith(("../", "./", "/")), (path.name, link)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_badges_open_their_own_notebook(path):
+    """With a repository named, both badges lead to this very notebook."""
+    nb = notebook_setup.set_up(nbformat.read(path, as_version=4), path.name,
+                               "https://github.com/someone/dp-course")
+    links = [link for link in _links(nb.cells[0].source) if "/blob/" in link]
+    assert len(links) == 2 and all(link.endswith(f"/notebooks/{path.name}") for link in links)
+    assert links[0].startswith("https://colab.research.google.com/github/someone/dp-course/")
+    assert links[1].startswith("https://kaggle.com/kernels/welcome?src=https://github.com/someone/")
+
+
+def test_badges_refuse_a_repository_off_github():
+    with pytest.raises(ValueError, match="GitHub"):
+        notebook_setup.badges("https://gitlab.com/someone/dp-course", "00_getting_started.ipynb")
+
+
+def test_attached_figures_are_the_repository_images():
+    attached = 0
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            for name, data in cell.get("attachments", {}).items():
+                assert f"](attachment:{name})" in cell.source
+                expected = notebook_setup._png(name)
+                assert data["image/png"] == expected, f"{path.name}: {name} is stale"
+                attached += 1
+    assert attached >= 2   # the DataParallel diagram (01) and the ring (03)
+
+
+def _course_as_a_git_repository(dest):
+    """The working tree's files (tracked, and new ones git does not ignore) committed in a fresh
+    repository at ``dest``: what a learner's clone would get, uncommitted changes included."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid"]
+    subprocess.run(git + ["init", "--quiet", "-b", "main"], cwd=dest, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=dest, check=True)
+    subprocess.run(git + ["commit", "--quiet", "-m", "course"], cwd=dest, check=True)
+
+
+def test_notebooks_run_from_an_empty_folder(tmp_path, monkeypatch):
+    """As on Colab: notebooks 00 and 01 alone in a folder; their set-up cell clones the course
+    (DP_COURSE_REPO: a local repository) and they run top to bottom."""
+    remote, work = tmp_path / "remote", tmp_path / "work"
+    remote.mkdir()
+    work.mkdir()
+    _course_as_a_git_repository(remote)
+    monkeypatch.setenv("DP_COURSE_REPO", str(remote))
+    monkeypatch.setenv("DLTOOLS_DATA", str(ROOT / "data"))
+    monkeypatch.delenv("DP_COURSE_ROOT", raising=False)
+    for name in ("00_getting_started.ipynb", "01_dp_intro.ipynb"):
+        shutil.copy(ROOT / "notebooks" / name, work / name)
+        nb = nbformat.read(work / name, as_version=4)
+        NotebookClient(nb, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(work)}}).execute()
+        setup = next(c for c in nb.cells if c.cell_type == "code")
+        said = "".join(o.get("text", "") for o in setup.outputs)
+        assert said == f"The course is set up in {work / 'dp-course'}.\n", said
+    assert (work / "dp-course" / "scripts" / "train_ddp.py").is_file()
+    assert not (work / "checks_00.py").exists()
