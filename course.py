@@ -19,7 +19,9 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-VENV = ROOT / ".venv"
+# The environment: .venv here, or one that a teacher installed once for a whole class and names in
+# DP_COURSE_VENV (students use it read-only; see the README's "Teaching on a shared GPU server").
+VENV = Path(os.environ.get("DP_COURSE_VENV") or ROOT / ".venv").expanduser().absolute()
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / ".dp-course-installed"
@@ -57,8 +59,14 @@ def ensure_venv(extras):
         venv.EnvBuilder(with_pip=True).create(VENV)
     stamp = wanted_stamp(extras)
     if STAMP.exists() and STAMP.read_text().strip() == stamp:
-        say(".venv is up to date")
+        say(f"{VENV} is up to date")
         return
+    if not os.access(VENV, os.W_OK):
+        command = "test" if "test" in extras else "lab"
+        sys.exit(f"[course] {VENV} was installed for another version of the course, or without "
+                 f"the extras {','.join(extras)}, and you cannot write to it. Ask whoever "
+                 f"installed it to run `DP_COURSE_VENV={VENV} python3 course.py {command}` with "
+                 "this version of the course, or unset DP_COURSE_VENV to make your own .venv.")
     say("installing the course environment (first run: a few minutes, PyTorch is large)")
     run([PY, "-m", "pip", "install", "--upgrade", "pip"])
     run([PY, "-m", "pip", "install", "-e", f".[{','.join(extras)}]"], cwd=ROOT)
@@ -86,6 +94,8 @@ def venv_env():
 def install_lab_settings():
     """Install the course's JupyterLab defaults (tools/lab_settings/) into .venv; the browser test
     uses the same ones."""
+    if LAB_OVERRIDES.exists() and LAB_OVERRIDES.read_bytes() == LAB_SETTINGS.read_bytes():
+        return   # already there (a shared environment is read-only to its students)
     LAB_OVERRIDES.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(LAB_SETTINGS, LAB_OVERRIDES)
 

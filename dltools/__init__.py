@@ -8,12 +8,12 @@ Names follow ``d2l.torch`` where d2l has the same function, so d2l-style code ru
     timer = dltools.Timer()
 
 One idea per module: devices, timing, plotting, data, models, training, parallel, distributed,
-paths (where the course's own files are),
+paths (where the course's own files are), requirements (its version floors, checked),
 exercises.
 """
 import torch  # dltools.torch, as d2l.torch has it; seed_everything's doctest uses it
 
-from . import distributed, exercises, parallel, paths
+from . import distributed, exercises, parallel, paths, requirements
 from .data import (
     FASHION_MNIST_ARCHIVES,
     DatasetUnavailableError,

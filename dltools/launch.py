@@ -37,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -424,54 +425,62 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
 
 
 def descendants(pid=None):
-    """The pids of the processes below ``pid`` (default: this one), children first; exited ones
-    (zombies) left out. Read from /proc: none where there is no /proc (macOS, Windows).
+    """The pids of the processes below ``pid`` (default: this one), exited ones (zombies) left
+    out. psutil finds them on Linux, macOS and Windows.
 
     >>> import sys
     >>> child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    >>> child.pid in descendants() or sys.platform != "linux"
+    >>> child.pid in descendants()
     True
     >>> child.kill(); child.wait() != 0
     True
     """
-    pid = os.getpid() if pid is None else pid
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    try:
+        children = psutil.Process(os.getpid() if pid is None else pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
         try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        state, ppid = text[text.rfind(")") + 2:].split()[:2]   # after "pid (name) "
-        if state != "Z":
-            children.setdefault(int(ppid), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
     return found
 
 
+def _kill(pid):
+    try:
+        psutil.Process(pid).kill()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+
+
 def _stop_torchrun(proc):
-    """Stop torchrun's session, then kill any of its workers still running (they have sessions
-    of their own, and outlive a torchrun that was killed before it could stop them)."""
+    """Stop torchrun, then kill any of its workers still running (they have sessions of their own,
+    and outlive a torchrun that was killed before it could stop them)."""
     workers = descendants(proc.pid) if proc.poll() is None else []
     _kill_session(proc)
     for pid in workers:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill(pid)
 
 
 def _kill_session(proc):
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+    """Ask torchrun to stop, then force it. On Linux and macOS the signals go to its whole session
+    (SIGTERM: torchrun stops its workers itself); Windows has no sessions, so torchrun alone gets
+    ``terminate()``, then ``kill()``, and :func:`_stop_torchrun` kills the workers it found."""
+    if hasattr(os, "killpg"):
+        steps = [lambda: os.killpg(proc.pid, signal.SIGTERM),
+                 lambda: os.killpg(proc.pid, signal.SIGKILL)]
+    else:
+        steps = [proc.terminate, proc.kill]
+    for step in steps:
         try:
-            os.killpg(proc.pid, sig)
+            step()
         except ProcessLookupError:
             return
         try:
-            proc.wait(timeout=wait)
+            proc.wait(timeout=10)
             return
         except subprocess.TimeoutExpired:
             continue

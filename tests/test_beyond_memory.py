@@ -56,10 +56,12 @@ def test_collective_bytes_counts_c10d_and_functional_collectives():
         dist.all_reduce(t)
         dist.broadcast(t, src=0)
         out = torch.empty(6)
-        dist.all_gather_single(out, t)
-        dist.reduce_scatter_single(torch.empty(6), out)
+        # torch 2.13 renamed these (..._single); the older names are what the floor, 2.12, has
+        getattr(dist, "all_gather_single", dist.all_gather_into_tensor)(out, t)
+        getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)(torch.empty(6), out)
         funcol.all_reduce(torch.ones(3), "sum", dist.group.WORLD).wait()
-        funcol.all_gather_single(torch.ones(5), 0, dist.group.WORLD).wait()
+        getattr(funcol, "all_gather_single", funcol.all_gather_tensor)(
+            torch.ones(5), 0, dist.group.WORLD).wait()
         torch.ones(3) + 1                                   # not a collective: not counted
     assert dict(c.counts) == {"all_reduce": 2, "broadcast": 1, "all_gather": 2,
                               "reduce_scatter": 1}

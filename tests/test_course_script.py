@@ -58,3 +58,34 @@ def test_kernel_is_registered_with_an_absolute_interpreter():
         pytest.fail("the course kernel is not registered in .venv; run `python3 course.py test`")
     argv = json.loads(spec.read_text())["argv"]
     assert Path(argv[0]).is_absolute() and str(ROOT / ".venv") in argv[0]
+
+
+def test_a_shared_environment_is_named_by_dp_course_venv(tmp_path, monkeypatch):
+    monkeypatch.setenv("DP_COURSE_VENV", str(tmp_path / "class-env"))
+    shared = load_course()
+    assert shared.VENV == tmp_path / "class-env"
+    assert shared.PY.is_relative_to(tmp_path / "class-env")
+    assert shared.LAB_OVERRIDES.is_relative_to(tmp_path / "class-env")
+
+
+def test_a_read_only_environment_is_used_as_it_is(tmp_path, monkeypatch):
+    """A student cannot write to the class's environment: an up-to-date one is used without
+    writing anything, an out-of-date one stops with what to do instead of failing mid-install."""
+    env = tmp_path / "class-env"
+    monkeypatch.setenv("DP_COURSE_VENV", str(env))
+    shared = load_course()
+    shared.PY.parent.mkdir(parents=True)
+    shared.PY.write_text("")
+    shared.LAB_OVERRIDES.parent.mkdir(parents=True)
+    shared.LAB_OVERRIDES.write_bytes(shared.LAB_SETTINGS.read_bytes())
+    installs = []
+    monkeypatch.setattr(shared, "run", installs.append)
+    monkeypatch.setattr(shared.os, "access", lambda path, mode: False)   # as a student sees it
+    shared.STAMP.write_text(shared.wanted_stamp(["course"]) + "\n")
+    shared.ensure_venv(["course"])
+    shared.install_lab_settings()
+    assert installs == []
+    with pytest.raises(SystemExit) as stop:
+        shared.ensure_venv(["course", "test"])   # the class's environment has no test tools
+    assert f"DP_COURSE_VENV={env} python3 course.py test" in str(stop.value)
+    assert "unset DP_COURSE_VENV" in str(stop.value) and installs == []

@@ -160,3 +160,20 @@ def test_fresh_archives_load_without_download(archive_root, offline):
 def test_download_false_without_archives_says_what_to_do(tmp_path, offline):
     with pytest.raises(dltools.DatasetUnavailableError, match="train-images-idx3-ubyte.gz"):
         dltools.load_data_fashion_mnist(8, root=tmp_path, download=False)
+
+
+def test_a_prepared_data_folder_is_only_read(archive_root, offline):
+    """A class server keeps one data folder that students cannot write to: once the archives were
+    loaded (extracted) there, loading them again writes nothing."""
+    for train in (True, False):
+        data.load_fashion_mnist(train=train, root=archive_root)
+
+    def files():
+        return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in archive_root.rglob("*")}
+
+    before = files()
+    assert len(before) > len(data.FASHION_MNIST_ARCHIVES)   # extracted beside the archives
+    for train in (True, False):
+        data.load_fashion_mnist(train=train, root=archive_root, download=False)
+        data.load_fashion_mnist(train=train, root=archive_root)
+    assert files() == before

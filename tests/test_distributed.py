@@ -394,6 +394,18 @@ def test_run_torchrun_kills_workers_a_killed_torchrun_left_behind(tmp_path, monk
     assert not any(alive(p) for p in pids), pids
 
 
+def test_run_torchrun_stops_its_workers_where_there_are_no_sessions(tmp_path, monkeypatch):
+    """As on Windows: no os.killpg, and terminate() kills torchrun at once (TerminateProcess), so
+    it cannot stop its workers; they are found and killed all the same."""
+    import subprocess
+    monkeypatch.delattr(os, "killpg")
+    monkeypatch.setattr(subprocess.Popen, "terminate", subprocess.Popen.kill)
+    script = write_script(tmp_path, "import time\nwhile True:\n    time.sleep(1)\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        dd.run_torchrun(script, 2, report=False, timeout=15)
+    assert_no_process_left()
+
+
 def test_run_torchrun_timeout_stops_torchrun_and_its_workers(tmp_path):
     script = write_script(tmp_path, "import time\nwhile True:\n    time.sleep(1)\n")
     import subprocess
