@@ -46,8 +46,19 @@ def run(cmd, **kw):
 
 
 def wanted_stamp(extras):
-    text = (ROOT / "pyproject.toml").read_bytes() + ",".join(extras).encode() + D2L.encode()
-    return hashlib.sha256(text).hexdigest()
+    """What the environment records once installed: this pyproject.toml's hash, and the extras."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + D2L.encode()).hexdigest()
+    return f"{digest} {','.join(sorted(extras))}"
+
+
+def installed_covers(extras):
+    """Whether the environment was installed from this pyproject.toml with at least ``extras``
+    (one installed for ``test`` also serves ``lab``: no reinstall, which offline would fail)."""
+    if not STAMP.exists():
+        return False
+    digest, _, installed = STAMP.read_text().strip().partition(" ")
+    wanted = wanted_stamp(extras).partition(" ")[0]
+    return digest == wanted and set(extras) <= set(installed.split(","))
 
 
 def ensure_venv(extras):
@@ -57,23 +68,23 @@ def ensure_venv(extras):
     if not PY.exists():
         say(f"creating {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
-    stamp = wanted_stamp(extras)
-    if STAMP.exists() and STAMP.read_text().strip() == stamp:
+    if installed_covers(extras):
         say(f"{VENV} is up to date")
         return
     if not os.access(VENV, os.W_OK):
         command = "test" if "test" in extras else "lab"
         sys.exit(f"[course] {VENV} was installed for another version of the course, or without "
-                 f"the extras {','.join(extras)}, and you cannot write to it. Ask whoever "
-                 f"installed it to run `DP_COURSE_VENV={VENV} python3 course.py {command}` with "
-                 "this version of the course, or unset DP_COURSE_VENV to make your own .venv.")
+                 f"the extras {','.join(extras)}, and you cannot write to it. If your copy of the "
+                 "course is older, update it (`git pull`). Otherwise ask whoever installed it to "
+                 f"run `DP_COURSE_VENV={VENV} python3 course.py {command}` with this version, or "
+                 "unset DP_COURSE_VENV to make your own .venv.")
     say("installing the course environment (first run: a few minutes, PyTorch is large)")
     run([PY, "-m", "pip", "install", "--upgrade", "pip"])
     run([PY, "-m", "pip", "install", "-e", f".[{','.join(extras)}]"], cwd=ROOT)
     if "test" in extras:
         run([PY, "-m", "pip", "install", "--no-deps", D2L])
     register_kernel()
-    STAMP.write_text(stamp + "\n")
+    STAMP.write_text(wanted_stamp(extras) + "\n")
 
 
 def register_kernel():
@@ -96,8 +107,12 @@ def install_lab_settings():
     uses the same ones."""
     if LAB_OVERRIDES.exists() and LAB_OVERRIDES.read_bytes() == LAB_SETTINGS.read_bytes():
         return   # already there (a shared environment is read-only to its students)
-    LAB_OVERRIDES.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(LAB_SETTINGS, LAB_OVERRIDES)
+    try:
+        LAB_OVERRIDES.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(LAB_SETTINGS, LAB_OVERRIDES)
+    except OSError as err:
+        say(f"JupyterLab starts with the settings already in {VENV} (the course's could not be "
+            f"written: {err.strerror})")
 
 
 def lab_command(notebook_dir=ROOT / "notebooks", headless=True, args=()):

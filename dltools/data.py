@@ -95,14 +95,13 @@ def load_fashion_mnist(train=True, root=None, download=True):
     """Return Fashion-MNIST as ``(images, labels)``: uint8 (N, 28, 28) and int64 (N,) tensors.
 
     Files are fetched and checked by ``torchvision.datasets.FashionMNIST`` (md5 of each archive);
-    archives already in ``<root>/FashionMNIST/raw/`` are verified, not downloaded.
+    archives already in ``<root>/FashionMNIST/raw/`` are verified, not downloaded. A damaged
+    extracted file (truncated, emptied) is extracted again from the verified archives.
 
     >>> images, labels = load_fashion_mnist(train=False)
     >>> images.shape, images.dtype, labels[:5].tolist()
     (torch.Size([10000, 28, 28]), torch.uint8, [9, 2, 1, 1, 6])
     """
-    from torchvision.datasets import FashionMNIST
-
     root = data_root(root)
     raw = root / "FashionMNIST" / "raw"
     _check_archives(raw)
@@ -111,7 +110,17 @@ def load_fashion_mnist(train=True, root=None, download=True):
     # network), so do it even when download=False: a fresh copy of the archives must just work.
     local = all((raw / name).exists() for name in FASHION_MNIST_ARCHIVES)
     try:
-        ds = FashionMNIST(str(root), train=train, download=download or local)
+        try:
+            images, labels = _read(root, train, download or local, raw)
+        except Exception:
+            if not local:
+                raise
+            # The archives are whole (verified above), so an extracted file is damaged (truncated,
+            # emptied): extract again from the archives, once.
+            for path in raw.iterdir():
+                if path.name not in FASHION_MNIST_ARCHIVES:
+                    path.unlink()
+            images, labels = _read(root, train, True, raw)
     except Exception as err:
         # Leave nothing half-written behind: a partial download or extraction would be taken for
         # a good file next time.
@@ -123,12 +132,19 @@ def load_fashion_mnist(train=True, root=None, download=True):
         raise DatasetUnavailableError(
             f"Fashion-MNIST ({'train' if train else 'test'}) is not available: {err}\n"
             + _help_text(raw)) from err
+    return images, labels.long()
+
+
+def _read(root, train, download, raw):
+    """torchvision's FashionMNIST ``(images, labels)``, their sizes checked."""
+    from torchvision.datasets import FashionMNIST
+
+    ds = FashionMNIST(str(root), train=train, download=download)
     images, labels = ds.data, ds.targets
     if images.shape != (_SIZES[train], 28, 28) or labels.shape != (_SIZES[train],):
-        raise DatasetUnavailableError(
-            f"the extracted Fashion-MNIST files in {raw} have the wrong size "
-            f"({tuple(images.shape)} images); delete the files without .gz and run again")
-    return images, labels.long()
+        raise ValueError(f"the extracted Fashion-MNIST files in {raw} have the wrong size "
+                         f"({tuple(images.shape)} images, {tuple(labels.shape)} labels)")
+    return images, labels
 
 
 def _check_batch_size(batch_size):

@@ -170,7 +170,21 @@ def _worker(fn, args, backend, timeout, store_host, store_port):
         # in reference cycles: collect it now, or gloo is torn down at interpreter exit and the
         # worker aborts ("terminate called without an active exception").
         gc.collect()
-        dist.destroy_process_group()
+        if dist.is_initialized():   # ``fn`` may have left the group itself, as PyTorch's DDP
+            dist.destroy_process_group()   # tutorial's workers end: nothing left to do then
+        _stop_children()
+
+
+def _stop_children():
+    """Kill what the worker's function started and left running (a subprocess, a pool), which
+    would outlive the worker. Python's resource tracker is left alone: it exits with the worker."""
+    for process in _processes_below(os.getpid()):
+        try:
+            tracker = any("resource_tracker" in part for part in process.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if not tracker:
+            _kill(process)
 
 
 def _record_failure(store, rank):
@@ -355,11 +369,15 @@ def single_process_group(backend="gloo"):
     """
     if dist.is_initialized():
         raise RuntimeError("a process group already exists in this process")
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+    # A FileStore, which every build of torch has (Windows builds lack HashStore).
+    with tempfile.TemporaryDirectory(prefix="dltools_group_", ignore_cleanup_errors=True) as tmp:
+        store = dist.FileStore(os.path.join(tmp, "store"), 1)
+        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+            del store
 
 
 # ------------------------------------------------------------------ torchrun
@@ -401,7 +419,7 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
     # Its own session, stopped as a whole on a timeout. torchrun's agent starts every worker in a
     # session of its own (and stops them itself on SIGTERM), so its workers are found by parent.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=child_env, start_new_session=True)
+                            env=child_env, start_new_session=True, preexec_fn=_die_with_parent())
     try:
         output, _ = proc.communicate(timeout=timeout)
     except BaseException:
@@ -424,6 +442,26 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _die_with_parent():
+    """On Linux, a function for ``Popen(preexec_fn=)`` that has the kernel send the child SIGTERM
+    when this process ends, however it ends (a notebook kernel restarted or killed): torchrun then
+    stops its workers. None elsewhere (no parent-death signal; see :func:`_stop_torchrun`).
+
+    >>> callable(_die_with_parent()) == sys.platform.startswith("linux")
+    True
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl   # looked up here, not in the child
+    pr_set_pdeathsig = 1
+
+    def set_signal():
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return set_signal
+
+
 def descendants(pid=None):
     """The pids of the processes below ``pid`` (default: this one), exited ones (zombies) left
     out. psutil finds them on Linux, macOS and Windows.
@@ -435,23 +473,29 @@ def descendants(pid=None):
     >>> child.kill(); child.wait() != 0
     True
     """
+    return [p.pid for p in _processes_below(os.getpid() if pid is None else pid)]
+
+
+def _processes_below(pid):
+    """psutil's processes below ``pid``, zombies left out."""
     try:
-        children = psutil.Process(os.getpid() if pid is None else pid).children(recursive=True)
-    except psutil.NoSuchProcess:
+        children = psutil.Process(pid).children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
     found = []
     for child in children:
         try:
             if child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child.pid)
-        except psutil.NoSuchProcess:
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     return found
 
 
-def _kill(pid):
+def _kill(process):
+    """Kill a psutil process (which checks it is still the same process, not a reused pid)."""
     try:
-        psutil.Process(pid).kill()
+        process.kill()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         pass
 
@@ -459,16 +503,16 @@ def _kill(pid):
 def _stop_torchrun(proc):
     """Stop torchrun, then kill any of its workers still running (they have sessions of their own,
     and outlive a torchrun that was killed before it could stop them)."""
-    workers = descendants(proc.pid) if proc.poll() is None else []
+    workers = _processes_below(proc.pid) if proc.poll() is None else []
     _kill_session(proc)
-    for pid in workers:
-        _kill(pid)
+    for process in workers:
+        _kill(process)
 
 
 def _kill_session(proc):
-    """Ask torchrun to stop, then force it. On Linux and macOS the signals go to its whole session
-    (SIGTERM: torchrun stops its workers itself); Windows has no sessions, so torchrun alone gets
-    ``terminate()``, then ``kill()``, and :func:`_stop_torchrun` kills the workers it found."""
+    """Stop torchrun. On Linux and macOS: SIGTERM to its whole session (torchrun stops its workers
+    itself), then SIGKILL. Windows has no sessions: torchrun alone is ended (``terminate()`` and
+    ``kill()`` are the same there), and :func:`_stop_torchrun` kills the workers it found."""
     if hasattr(os, "killpg"):
         steps = [lambda: os.killpg(proc.pid, signal.SIGTERM),
                  lambda: os.killpg(proc.pid, signal.SIGKILL)]
@@ -477,7 +521,7 @@ def _kill_session(proc):
     for step in steps:
         try:
             step()
-        except ProcessLookupError:
+        except OSError:   # gone already (ProcessLookupError), or not ours to signal
             return
         try:
             proc.wait(timeout=10)

@@ -153,7 +153,8 @@ def check_split_batch(split_batch):
         X = torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3).to(devs[0])
         y = torch.arange(rows).to(devs[0])
         want_X, want_y = _reference_split(X, y, devs)
-        got, err = _call_own(split_batch, X, y, devs)
+        # copies: the reference chunks are views of X and y, which the learner's code may change
+        got, err = _call_own(split_batch, X.clone(), y.clone(), list(devs))
         if err and "non cpu device" in err:
             return report(False, "", f"{err}. nn.parallel.scatter (d2l's way) runs only on GPUs; "
                           "split with tensor.chunk and move each chunk with .to(device), which "
@@ -195,7 +196,11 @@ def check_split_batch(split_batch):
                           "move each chunk there with .to(device). (With only CPUs every device is "
                           "the same, so the missing .to() does not show when you run it here.)",
                           split_batch)
-    _, err = _call_own(split_batch, torch.zeros(4, 3), torch.zeros(5), devices[:2])
+    for x_rows, y_rows, k in [(4, 5, 2), (9, 10, 4)]:
+        _, err = _call_own(split_batch, torch.zeros(x_rows, 3), torch.zeros(y_rows),
+                           (devices * k)[:k])
+        if err is None:
+            break
     if err is None:
         return report(False, "", "X and y with different row counts must raise an error (d2l "
                       "asserts they match): otherwise features and labels get paired wrongly.",

@@ -49,6 +49,8 @@ from torch.utils.data import DistributedSampler
 import dltools
 from common import (  # scripts/common.py, beside this file
     load_split,
+    output_file,
+    positive_int,
     setup_ddp,
     teardown_ddp,
     to_input,
@@ -216,12 +218,24 @@ def report_scale(report):
 
 
 def load_done(path, args):
-    """Runs already in an earlier report of the same scale (to resume), else none."""
-    if path and Path(path).is_file():
+    """Runs already in an earlier report of the same scale (to resume; none without a report).
+
+    A report of another scale, or a file that is not a report, is never overwritten: the script
+    stops before any work and says so."""
+    if not (path and Path(path).is_file()):
+        return []
+    try:
         old = json.loads(Path(path).read_text())
-        if "scale" in old and report_scale(old) == scale(args):
-            return old["runs"]
-    return []
+        runs, old_scale = old["runs"], report_scale(old)
+    except (ValueError, KeyError, TypeError) as err:
+        sys.exit(f"{path} is not a report of this script ({err!r}), and it would be overwritten: "
+                 "give another --report, or move that file away")
+    if old_scale != scale(args):
+        differ = ", ".join(f"{k} {old_scale.get(k)} there, {v} now"
+                           for k, v in scale(args).items() if old_scale.get(k) != v)
+        sys.exit(f"{path} holds {len(runs)} runs at another scale ({differ}); they would be "
+                 "lost: give another --report, or move that file away to start over")
+    return runs
 
 
 def save_report(path, args, runs, started):
@@ -264,14 +278,16 @@ def plot(report, path):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--report", help="where to write the results (JSON); also the resume file")
-    p.add_argument("--figure", help="where to save the accuracy curves (PNG)")
+    p.add_argument("--report", type=output_file,
+                   help="where to write the results (JSON); also the resume file")
+    p.add_argument("--figure", type=output_file, help="where to save the accuracy curves (PNG)")
     p.add_argument("--configs", nargs="+", choices=list(CONFIGS),
                    default=["one-256", "dp-512", "one-512", "one-512-warmup"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--width", type=int, default=64, help="channels of ResNet-18's first stage")
-    p.add_argument("--num-train", type=int, default=None, help="first N training images (all)")
-    p.add_argument("--num-test", type=int, default=None, help="first N test images (all)")
+    p.add_argument("--num-train", type=positive_int, default=None,
+                   help="first N training images (all)")
+    p.add_argument("--num-test", type=positive_int, default=None, help="first N test images (all)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-divisor", type=int, default=1, help="divide every batch by this")
     p.add_argument("--warmup-epochs", type=int, default=2)
@@ -285,6 +301,8 @@ def parse_args(argv=None):
     for name in ("width", "epochs", "batch_divisor", "jobs", "bn_images"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.warmup_epochs < 0:
+        p.error(f"--warmup-epochs must be 0 or more, got {args.warmup_epochs}")
     if 512 % (2 * args.batch_divisor):
         p.error("--batch-divisor must leave both batches whole and even (a divisor of 256)")
     return args

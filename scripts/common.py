@@ -4,6 +4,7 @@ Kept apart so that each DDP script differs from its single-device twin only in w
 train_single.py -> train_ddp.py (a small CNN) and train_resnet_single.py -> train_resnet_ddp.py
 (notebook 04's ResNet-18).
 """
+import argparse
 import gc
 import hashlib
 import json
@@ -122,6 +123,82 @@ def count_correct(net, images, labels, batch_size, device):
     return counts
 
 
+# ------------------------------------------------------------------ arguments
+# Checked by argparse before any work: a bad value stops the script at once, with usage and the
+# reason, and nothing on disk is touched.
+
+
+def positive_int(text):
+    """A whole number of 1 or more (epochs, images, channels, batch sizes).
+
+    >>> positive_int("3"), positive_int("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be 1 or more, got -1
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def positive_float(text):
+    """A number above 0 (a learning rate).
+
+    >>> positive_float("0.1"), positive_float("nan")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a number above 0, got 'nan'
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text!r}")
+    return value
+
+
+def output_file(text):
+    """A file the script writes when it has finished (``--report``, ``--checkpoint``), checked
+    now: its folder must exist and be writable, and it must not be a folder itself.
+
+    >>> output_file("/no/such/folder/r.json")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: the folder /no/such/folder does not exist: create it first
+    """
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name in it")
+    folder = path.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder {folder} does not exist: create it first")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {folder}: choose another folder")
+    return path
+
+
+def _replace_atomically(path, write):
+    """``write(temporary path)``, then rename it over ``path``: the file is whole or untouched."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def save_checkpoint(state_dict, path):
+    """Save a model's weights to ``path``, whole or not at all (an interruption leaves the earlier
+    checkpoint)."""
+    _replace_atomically(path, lambda tmp: torch.save(state_dict, tmp))
+
+
 # ------------------------------------------------------------------ reports
 
 
@@ -160,11 +237,6 @@ def write_report(path, **results):
     The file is written whole or not at all: to a temporary file beside it, then renamed over it,
     so an interruption never leaves half a report where the earlier one was."""
     if path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(results, indent=1) + "\n")
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(results, indent=1) + "\n"
+        _replace_atomically(path, lambda tmp: tmp.write_text(text))

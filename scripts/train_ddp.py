@@ -16,7 +16,11 @@ from common import (
     build_model,
     fingerprint,
     load_train_set,
+    output_file,
     per_rank_batch_size,
+    positive_float,
+    positive_int,
+    save_checkpoint,
     setup_ddp,
     teardown_ddp,
     write_report,
@@ -55,7 +59,7 @@ class Trainer:
 
     def _save_checkpoint(self, path):
         # .module: the plain model, so the checkpoint loads without DDP (no 'module.' prefix).
-        torch.save(self.model.module.state_dict(), path)
+        save_checkpoint(self.model.module.state_dict(), path)
 
     def train(self, num_epochs, checkpoint=None):
         losses, start = [], time.perf_counter()
@@ -92,14 +96,16 @@ def main(args):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=96, help="global batch size")
-    parser.add_argument("--num-train", type=int, default=1152)
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--width", type=int, default=8)
+    parser.add_argument("--epochs", type=positive_int, default=2)
+    parser.add_argument("--batch-size", type=positive_int, default=96, help="global batch size")
+    parser.add_argument("--num-train", type=positive_int, default=1152)
+    parser.add_argument("--lr", type=positive_float, default=0.1)
+    parser.add_argument("--width", type=positive_int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint", default=None, help="where to save the trained weights")
-    parser.add_argument("--report", default=None, help="where to write results as JSON")
+    parser.add_argument("--checkpoint", type=output_file, default=None,
+                        help="where to save the trained weights (its folder must exist)")
+    parser.add_argument("--report", type=output_file, default=None,
+                        help="where to write results as JSON (its folder must exist)")
     return parser.parse_args(argv)
 
 

@@ -22,7 +22,11 @@ from common import (
     count_correct,
     fingerprint,
     load_split,
+    output_file,
     per_rank_batch_size,
+    positive_float,
+    positive_int,
+    save_checkpoint,
     setup_ddp,
     shard_report,
     summary,
@@ -84,7 +88,7 @@ class Trainer:
 
     def _save_checkpoint(self, path):
         # .module: the plain model, so the checkpoint loads without DDP (no 'module.' prefix).
-        torch.save(self.model.module.state_dict(), path)
+        save_checkpoint(self.model.module.state_dict(), path)
 
     def train(self, num_epochs, checkpoint=None):
         history, seconds = [], []
@@ -125,22 +129,22 @@ def main(args):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=512, help="global batch size")
-    parser.add_argument("--num-train", type=int, default=None, help="first N images (default all)")
-    parser.add_argument("--num-test", type=int, default=None, help="first N images (default all)")
-    parser.add_argument("--lr", type=float, default=0.2)
-    parser.add_argument("--width", type=int, default=64, help="channels of the first stage")
+    parser.add_argument("--epochs", type=positive_int, default=10)
+    parser.add_argument("--batch-size", type=positive_int, default=512, help="global batch size")
+    parser.add_argument("--num-train", type=positive_int, default=None,
+                        help="first N images (default all)")
+    parser.add_argument("--num-test", type=positive_int, default=None,
+                        help="first N images (default all)")
+    parser.add_argument("--lr", type=positive_float, default=0.2)
+    parser.add_argument("--width", type=positive_int, default=64,
+                        help="channels of the first stage")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-root", default=None, help="folder holding FashionMNIST/raw/")
-    parser.add_argument("--checkpoint", default=None, help="where to save the trained weights")
-    parser.add_argument("--report", default=None, help="where to write results as JSON")
-    args = parser.parse_args(argv)
-    for name in ("epochs", "batch_size", "width"):
-        if getattr(args, name) < 1:
-            flag, value = name.replace("_", "-"), getattr(args, name)
-            parser.error(f"--{flag} must be at least 1, got {value}")
-    return args
+    parser.add_argument("--checkpoint", type=output_file, default=None,
+                        help="where to save the trained weights (its folder must exist)")
+    parser.add_argument("--report", type=output_file, default=None,
+                        help="where to write results as JSON (its folder must exist)")
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":

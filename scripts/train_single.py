@@ -10,7 +10,16 @@ from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
 import dltools
-from common import build_model, fingerprint, load_train_set, write_report
+from common import (
+    build_model,
+    fingerprint,
+    load_train_set,
+    output_file,
+    positive_float,
+    positive_int,
+    save_checkpoint,
+    write_report,
+)
 
 
 class Trainer:
@@ -41,7 +50,7 @@ class Trainer:
         return (total[0] / total[1]).item()
 
     def _save_checkpoint(self, path):
-        torch.save(self.model.state_dict(), path)
+        save_checkpoint(self.model.state_dict(), path)
 
     def train(self, num_epochs, checkpoint=None):
         losses, start = [], time.perf_counter()
@@ -69,14 +78,16 @@ def main(args):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=96, help="global batch size")
-    parser.add_argument("--num-train", type=int, default=1152)
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--width", type=int, default=8)
+    parser.add_argument("--epochs", type=positive_int, default=2)
+    parser.add_argument("--batch-size", type=positive_int, default=96, help="global batch size")
+    parser.add_argument("--num-train", type=positive_int, default=1152)
+    parser.add_argument("--lr", type=positive_float, default=0.1)
+    parser.add_argument("--width", type=positive_int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint", default=None, help="where to save the trained weights")
-    parser.add_argument("--report", default=None, help="where to write results as JSON")
+    parser.add_argument("--checkpoint", type=output_file, default=None,
+                        help="where to save the trained weights (its folder must exist)")
+    parser.add_argument("--report", type=output_file, default=None,
+                        help="where to write results as JSON (its folder must exist)")
     return parser.parse_args(argv)
 
 

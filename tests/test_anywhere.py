@@ -38,6 +38,7 @@ def test_first_code_cell_sets_up_and_nothing_assumes_the_folder(path):
         assert "Path.cwd()" not in cell.source or cell is code[0], cell.source
         for link in _links(cell.source):
             assert not link.startswith(("../", "./", "/")), (path.name, link)
+        assert "../" not in cell.source or cell.cell_type == "markdown", (path.name, cell.source)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -94,13 +95,20 @@ def test_notebooks_run_from_an_empty_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("DP_COURSE_REPO", str(remote))
     monkeypatch.setenv("DLTOOLS_DATA", str(ROOT / "data"))
     monkeypatch.delenv("DP_COURSE_ROOT", raising=False)
+    clone = work / "dp-course"
+    # where the kernel, and a process it starts (as torchrun is), import dltools from
+    where = nbformat.v4.new_code_cell(
+        "import subprocess\nprint(dltools.__file__)\nprint(subprocess.run([sys.executable, '-c', "
+        "'import dltools; print(dltools.__file__)'], capture_output=True, text=True).stdout)")
     for name in ("00_getting_started.ipynb", "01_dp_intro.ipynb"):
         shutil.copy(ROOT / "notebooks" / name, work / name)
         nb = nbformat.read(work / name, as_version=4)
+        nb.cells.append(where)
         NotebookClient(nb, timeout=600, kernel_name="python3",
                        resources={"metadata": {"path": str(work)}}).execute()
         setup = next(c for c in nb.cells if c.cell_type == "code")
         said = "".join(o.get("text", "") for o in setup.outputs)
-        assert said == f"The course is set up in {work / 'dp-course'}.\n", said
-    assert (work / "dp-course" / "scripts" / "train_ddp.py").is_file()
-    assert not (work / "checks_00.py").exists()
+        assert said == f"The course is set up in {clone}.\n", said
+        files = "".join(o.get("text", "") for o in nb.cells[-1].outputs).split()
+        assert files == [str(clone / "dltools" / "__init__.py")] * 2, files
+    assert (clone / "scripts" / "train_ddp.py").is_file()

@@ -138,6 +138,20 @@ def split_d2l_scatter(X, y, devices):  # d2l's exact code: nn.parallel.scatter n
     return nn.parallel.scatter(X, devices), nn.parallel.scatter(y, devices)
 
 
+def split_zeroes_inputs(X, y, devices):  # right chunks, of the caller's batch wiped in place
+    assert X.shape[0] == y.shape[0]
+    X.zero_()
+    y.zero_()
+    return split_right(X, y, devices)
+
+
+def split_first_chunks_checked(X, y, devices):
+    # compares the first chunks, not the batches: 9 X rows and 10 y rows on 4 devices pass
+    xs, ys = split_no_check(X, y, devices)
+    assert len(xs[0]) == len(ys[0])
+    return xs, ys
+
+
 def test_split_batch_right(capsys):
     assert_right(capsys, checks.check_split_batch, split_right)
 
@@ -152,6 +166,8 @@ def test_split_batch_right(capsys):
     (split_d2l_scatter, "runs only on GPUs"),
     (split_alias, "your own split_batch"), (split_library_scatter, "your own split_batch"),
     (functools.partial(dltools.split_batch), "your own split_batch"),
+    (split_zeroes_inputs, "rows are not the right ones"),
+    (split_first_chunks_checked, "different row counts"),
 ])
 def test_split_batch_wrong(capsys, wrong, words):
     assert_wrong(capsys, checks.check_split_batch, wrong, words)

@@ -82,10 +82,39 @@ def test_a_read_only_environment_is_used_as_it_is(tmp_path, monkeypatch):
     monkeypatch.setattr(shared, "run", installs.append)
     monkeypatch.setattr(shared.os, "access", lambda path, mode: False)   # as a student sees it
     shared.STAMP.write_text(shared.wanted_stamp(["course"]) + "\n")
+
+    def files():
+        return {p: p.stat().st_mtime_ns for p in env.rglob("*")}
+
+    before = files()
     shared.ensure_venv(["course"])
     shared.install_lab_settings()
-    assert installs == []
+    assert installs == [] and files() == before   # nothing written
+    shared.LAB_OVERRIDES.write_text("{}")   # other settings, in an environment the student cannot
+    monkeypatch.setattr(shared.shutil, "copyfile", lambda *a: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied")))   # write to: said, and lab starts anyway
+    shared.install_lab_settings()
     with pytest.raises(SystemExit) as stop:
         shared.ensure_venv(["course", "test"])   # the class's environment has no test tools
     assert f"DP_COURSE_VENV={env} python3 course.py test" in str(stop.value)
     assert "unset DP_COURSE_VENV" in str(stop.value) and installs == []
+
+
+def test_an_environment_with_the_test_tools_also_serves_lab(tmp_path, monkeypatch):
+    """`course.py test` then `course.py lab`: no second install (offline it would fail)."""
+    monkeypatch.setenv("DP_COURSE_VENV", str(tmp_path / "env"))
+    fresh = load_course()
+    fresh.PY.parent.mkdir(parents=True)
+    fresh.PY.write_text("")
+    installs = []
+    monkeypatch.setattr(fresh, "run", lambda cmd, **kw: installs.append(cmd))
+    monkeypatch.setattr(fresh, "register_kernel", lambda: None)
+    fresh.STAMP.write_text(fresh.wanted_stamp(["test", "course"]) + "\n")
+    fresh.ensure_venv(["course"])
+    fresh.ensure_venv(["course", "test"])
+    assert installs == []
+    fresh.STAMP.write_text(fresh.wanted_stamp(["course"]) + "\n")   # lab first, then test
+    fresh.ensure_venv(["course", "test"])
+    assert installs and fresh.installed_covers(["course", "test"])
+    fresh.STAMP.write_text("0" * 64 + " course,test\n")   # another pyproject.toml
+    assert not fresh.installed_covers(["course"])

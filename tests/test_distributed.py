@@ -244,6 +244,75 @@ def test_launch_workers_do_not_oversubscribe_the_cores():
     assert dd.launch(torch_threads, 1, env={"OMP_NUM_THREADS": "1"}) == [1]
 
 
+def sum_then_leave():
+    """A worker that ends as those of PyTorch's DDP tutorial do: it leaves the group itself."""
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t.item()
+
+
+def test_a_worker_may_leave_the_group_itself():
+    assert dd.launch(sum_then_leave, 2) == [2.0, 2.0]
+    assert_no_process_left()
+
+
+def start_a_child_then_raise(pid_file):
+    """A worker that starts a long subprocess, then fails."""
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(pid_file).write_text(str(child.pid))
+    raise RuntimeError("failed after starting a subprocess")
+
+
+def _gone(pids, wait=15):
+    import psutil
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        alive = [p for p in pids if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_what_a_failed_worker_started_does_not_outlive_it(tmp_path):
+    with pytest.raises(dd.WorkerError, match="failed after starting a subprocess"):
+        dd.launch(start_a_child_then_raise, 1, str(tmp_path / "pid"))
+    assert _gone([int((tmp_path / "pid").read_text())])
+    assert_no_process_left()
+
+
+def test_torchrun_stops_when_the_notebook_dies(tmp_path):
+    """A kernel restart kills the notebook's process (SIGKILL after 2.5 s): torchrun, started by
+    run_torchrun, gets the parent-death signal and stops its workers."""
+    import signal
+    import subprocess
+
+    import psutil
+    script = write_script(tmp_path, textwrap.dedent(f"""\
+        import os, time
+        open(os.path.join({str(tmp_path)!r}, "pid" + os.environ["RANK"]), "w").write(
+            str(os.getpid()))
+        while True:
+            time.sleep(1)
+        """))
+    kernel = subprocess.Popen([sys.executable, "-c", "import sys; from dltools import distributed "
+                               "as dd; dd.run_torchrun(sys.argv[1], 2, report=False)",
+                               str(script)])
+    end = time.monotonic() + 60
+    while not all((tmp_path / f"pid{r}").exists() for r in range(2)):
+        assert time.monotonic() < end and kernel.poll() is None, "torchrun did not start"
+        time.sleep(0.2)
+    started = [p.pid for p in psutil.Process(kernel.pid).children(recursive=True)]
+    workers = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    assert set(workers) <= set(started)
+    kernel.send_signal(signal.SIGKILL)
+    kernel.wait()
+    assert _gone(started, wait=30), [p for p in started if psutil.pid_exists(p)]
+
+
 def test_launch_with_gloo_hides_the_gpus():
     assert dd.launch(visible_gpus, 2, backend="gloo") == ["", ""]
     assert_no_process_left()
@@ -400,9 +469,17 @@ def test_run_torchrun_stops_its_workers_where_there_are_no_sessions(tmp_path, mo
     import subprocess
     monkeypatch.delattr(os, "killpg")
     monkeypatch.setattr(subprocess.Popen, "terminate", subprocess.Popen.kill)
-    script = write_script(tmp_path, "import time\nwhile True:\n    time.sleep(1)\n")
+    script = write_script(tmp_path, textwrap.dedent(f"""\
+        import os, time
+        open(os.path.join({str(tmp_path)!r}, "pid" + os.environ["RANK"]), "w").write(
+            str(os.getpid()))
+        while True:
+            time.sleep(1)
+        """))
     with pytest.raises(subprocess.TimeoutExpired):
         dd.run_torchrun(script, 2, report=False, timeout=15)
+    # orphaned workers are no longer this process's descendants: look them up by pid
+    assert _gone([int((tmp_path / f"pid{r}").read_text()) for r in range(2)])
     assert_no_process_left()
 
 

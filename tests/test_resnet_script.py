@@ -44,7 +44,7 @@ def test_flags_and_bad_arguments(scripts, capsys, name):
     parse = scripts[name].parse_args
     with pytest.raises(SystemExit):
         parse(["--epochs", "0"])
-    assert "--epochs must be at least 1" in capsys.readouterr().err
+    assert "argument --epochs: must be 1 or more, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse(["--out", "x.json"])  # one report flag: --report
     args = parse(["--report", "r.json", "--checkpoint", "c.pt", "--width", "8", "--epochs", "3",
@@ -52,7 +52,7 @@ def test_flags_and_bad_arguments(scripts, capsys, name):
                   "--seed", "2", "--data-root", "d"])
     assert (args.report, args.checkpoint, args.width, args.epochs, args.batch_size, args.lr,
             args.num_train, args.num_test, args.seed, args.data_root) == (
-        "r.json", "c.pt", 8, 3, 64, 0.3, 100, 50, 2, "d")
+        Path("r.json"), Path("c.pt"), 8, 3, 64, 0.3, 100, 50, 2, "d")
     assert parse([]).batch_size == 512  # the seed's 2-GPU global batch
 
 

@@ -27,8 +27,8 @@ KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
 IMAGE_LINK = re.compile(r"\]\((?:\.\./images/|attachment:)([\w.-]+\.png)\)")
 
 SETUP_CELL = '''\
-# Set-up. In a copy of the course this does nothing. Elsewhere (Colab, Kaggle) it fetches the
-# course beside this notebook and installs what is missing, keeping the torch already there.
+# Set-up. In a copy of the course this only puts that copy first on the path. Elsewhere (Colab,
+# Kaggle) it fetches the course beside this notebook and installs it, keeping a new enough torch.
 import importlib.util
 import os
 import subprocess
@@ -37,7 +37,7 @@ from pathlib import Path
 
 COURSE_GIT = os.environ.get("DP_COURSE_REPO", "{url}")   # the course's git repository
 root = next((p for p in (Path.cwd(), *Path.cwd().parents)
-             if (p / "dltools" / "paths.py").is_file()), None)
+             if (p / "dltools" / "paths.py").is_file() and (p / "notebooks").is_dir()), None)
 if root is None:
     root = Path.cwd() / "dp-course"
     if not root.is_dir():
@@ -51,7 +51,7 @@ else:
     print("This is a copy of the course: nothing to set up.")
 os.environ["DP_COURSE_ROOT"] = str(root)   # where dltools.paths finds scripts/ and the checks
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.getenv("PYTHONPATH")]))
-sys.path[:0] = [str(root), str(root / "notebooks")]'''
+sys.path[:0] = [p for p in (str(root), str(root / "notebooks")) if p not in sys.path]'''
 
 
 def repository_url(pyproject=ROOT / "pyproject.toml"):

@@ -31,6 +31,7 @@ from support import ROOT, load_course
 # dltools/ and results/, read-only, are linked.
 COPIED_DIRS = ("notebooks", "scripts", "images", "benchmarks")
 LINKED_DIRS = ("data", "dltools", "results")
+COPIED_FILES = ("pyproject.toml",)   # the version floors notebook 00 checks
 # Browsers tried when Playwright's own is not installed, in this order (names on PATH, then the
 # usual places on macOS).
 SYSTEM_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
@@ -114,6 +115,8 @@ def copy_course_tree(dest):
     for name in LINKED_DIRS:
         if (ROOT / name).is_dir():
             (dest / name).symlink_to(ROOT / name, target_is_directory=True)
+    for name in COPIED_FILES:
+        shutil.copy(ROOT / name, dest / name)
     return dest / "notebooks"
 
 

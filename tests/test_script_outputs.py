@@ -1,0 +1,119 @@
+"""Nothing a script wrote before is lost (issue: nothing lost, nothing left running).
+
+Every training script checks its arguments and output paths before any work (argparse types in
+scripts/common.py), writes its checkpoint and report whole or not at all, and batch_scaling.py
+never drops the runs of an earlier report."""
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dltools import distributed as dd
+from support.processes import assert_no_process_left
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+TRAINING = ["train_single", "train_ddp", "train_resnet_single", "train_resnet_ddp"]
+BAD = [(["--epochs", "-1"], "argument --epochs: must be 1 or more, got -1"),
+       (["--epochs", "0"], "argument --epochs: must be 1 or more, got 0"),
+       (["--batch-size", "0"], "argument --batch-size: must be 1 or more"),
+       (["--num-train", "0"], "argument --num-train: must be 1 or more"),
+       (["--width", "two"], "argument --width: 'two' is not a whole number"),
+       (["--lr", "0"], "argument --lr: must be a number above 0"),
+       (["--lr", "nan"], "argument --lr: must be a number above 0"),
+       (["--report", "/no/such/folder/r.json"], "the folder /no/such/folder does not exist"),
+       (["--checkpoint", str(SCRIPTS)], "is a folder: give a file name in it")]
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        yield {name: importlib.import_module(name) for name in ["common", *TRAINING]}
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+@pytest.mark.parametrize("name", TRAINING)
+@pytest.mark.parametrize("argv, says", BAD, ids=lambda x: " ".join(x) if isinstance(x, list)
+                         else None)
+def test_bad_arguments_stop_before_any_work(scripts, capsys, name, argv, says):
+    with pytest.raises(SystemExit) as stop:
+        scripts[name].parse_args(argv)
+    assert stop.value.code == 2 and says in capsys.readouterr().err
+
+
+def _old_outputs(tmp_path):
+    checkpoint, report = tmp_path / "old.pt", tmp_path / "old.json"
+    torch.save({"weights": torch.arange(3)}, checkpoint)
+    report.write_text('{"losses": [0.5]}\n')
+    return checkpoint, report, checkpoint.read_bytes(), report.read_bytes()
+
+
+def test_a_run_refused_leaves_the_earlier_outputs(tmp_path):
+    checkpoint, report, pt, js = _old_outputs(tmp_path)
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "train_single.py"), "--epochs", "0",
+                           "--checkpoint", str(checkpoint), "--report", str(report)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--epochs: must be 1 or more" in proc.stderr
+    assert checkpoint.read_bytes() == pt and report.read_bytes() == js
+
+
+def test_a_ddp_run_refused_leaves_the_earlier_outputs(tmp_path):
+    checkpoint, report, pt, js = _old_outputs(tmp_path)
+    with pytest.raises(dd.TorchrunError, match="--epochs: must be 1 or more, got -1"):
+        dd.run_torchrun(SCRIPTS / "train_ddp.py", 2, "--epochs", "-1", "--checkpoint",
+                        checkpoint, "--report", report, report=False)
+    assert checkpoint.read_bytes() == pt and report.read_bytes() == js
+    assert_no_process_left()
+
+
+def test_an_interrupted_save_leaves_the_earlier_file(scripts, tmp_path, monkeypatch):
+    common = scripts["common"]
+    checkpoint, report, pt, js = _old_outputs(tmp_path)
+
+    def dies_midway(obj, f):
+        Path(f).write_bytes(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(common.torch, "save", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        common.save_checkpoint({"w": torch.ones(2)}, checkpoint)
+    real_write_text = Path.write_text
+
+    def write_half_then_die(self, text, *args, **kwargs):
+        real_write_text(self, text[:5])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", write_half_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        common.write_report(report, losses=[0.1])
+    assert checkpoint.read_bytes() == pt and report.read_bytes() == js
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json", "old.pt"]   # no temp file
+    monkeypatch.undo()
+    common.save_checkpoint({"w": torch.ones(2)}, checkpoint)
+    assert torch.load(checkpoint)["w"].tolist() == [1.0, 1.0]
+
+
+def test_batch_scaling_keeps_an_earlier_report_of_another_scale(tmp_path):
+    script = SCRIPTS / "batch_scaling.py"
+    earlier = {"scale": {"width": 2, "num_train": 192, "num_test": 100, "epochs": 2,
+                         "batch_divisor": 8, "warmup_epochs": 1, "bn_images": 2000},
+               "runs": [{"config": "one-256", "seed": 0}]}
+    report = tmp_path / "bs.json"
+    report.write_text(json.dumps(earlier))
+    proc = subprocess.run([sys.executable, str(script), "--configs", "one-256", "--width", "4",
+                           "--epochs", "2", "--batch-divisor", "8", "--warmup-epochs", "1",
+                           "--num-train", "192", "--num-test", "100", "--report", str(report)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "holds 1 runs at another scale (width 2 there, 4 now); they would be lost" in proc.stderr
+    assert json.loads(report.read_text()) == earlier
+    report.write_text("not a report")
+    proc = subprocess.run([sys.executable, str(script), "--report", str(report)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "is not a report of this script" in proc.stderr
+    assert report.read_text() == "not a report"
