@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from dltools import distributed as dd
 from dltools import launch as launch_module
-from support.processes import assert_no_process_left, descendants
+from support.processes import assert_no_process_left, descendants, gone
 
 # The last two are cut into pieces (2 to 8 per chunk, uneven) by the ring's pipelined exchange.
 CHECK_SIZES = [1, 2, 3, 4, 5, 7, 64, 1000, 1001, (3, 5), (2, 3, 7), 393221, 2097159]
@@ -265,22 +265,25 @@ def start_a_child_then_raise(pid_file):
     raise RuntimeError("failed after starting a subprocess")
 
 
-def _gone(pids, wait=15):
-    import psutil
-    end = time.monotonic() + wait
-    while time.monotonic() < end:
-        alive = [p for p in pids if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        if not alive:
-            return True
-        time.sleep(0.2)
-    return False
+def pid_writing_script(tmp_path):
+    """A torchrun script whose ranks write their pids to ``tmp_path/pid<RANK>``, then wait."""
+    return write_script(tmp_path, textwrap.dedent(f"""\
+        import os, time
+        open(os.path.join({str(tmp_path)!r}, "pid" + os.environ["RANK"]), "w").write(
+            str(os.getpid()))
+        while True:
+            time.sleep(1)
+        """))
+
+
+def worker_pids(tmp_path, nproc=2):
+    return [int((tmp_path / f"pid{r}").read_text()) for r in range(nproc)]
 
 
 def test_what_a_failed_worker_started_does_not_outlive_it(tmp_path):
     with pytest.raises(dd.WorkerError, match="failed after starting a subprocess"):
         dd.launch(start_a_child_then_raise, 1, str(tmp_path / "pid"))
-    assert _gone([int((tmp_path / "pid").read_text())])
+    assert gone([int((tmp_path / "pid").read_text())])
     assert_no_process_left()
 
 
@@ -291,13 +294,7 @@ def test_torchrun_stops_when_the_notebook_dies(tmp_path):
     import subprocess
 
     import psutil
-    script = write_script(tmp_path, textwrap.dedent(f"""\
-        import os, time
-        open(os.path.join({str(tmp_path)!r}, "pid" + os.environ["RANK"]), "w").write(
-            str(os.getpid()))
-        while True:
-            time.sleep(1)
-        """))
+    script = pid_writing_script(tmp_path)
     kernel = subprocess.Popen([sys.executable, "-c", "import sys; from dltools import distributed "
                                "as dd; dd.run_torchrun(sys.argv[1], 2, report=False)",
                                str(script)])
@@ -306,11 +303,11 @@ def test_torchrun_stops_when_the_notebook_dies(tmp_path):
         assert time.monotonic() < end and kernel.poll() is None, "torchrun did not start"
         time.sleep(0.2)
     started = [p.pid for p in psutil.Process(kernel.pid).children(recursive=True)]
-    workers = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    workers = worker_pids(tmp_path)
     assert set(workers) <= set(started)
     kernel.send_signal(signal.SIGKILL)
     kernel.wait()
-    assert _gone(started, wait=30), [p for p in started if psutil.pid_exists(p)]
+    assert gone(started, wait=30), [p for p in started if psutil.pid_exists(p)]
 
 
 def test_launch_with_gloo_hides_the_gpus():
@@ -430,13 +427,7 @@ def test_run_torchrun_kills_workers_a_killed_torchrun_left_behind(tmp_path, monk
     (here: SIGKILLed at once), they must not survive it as orphans."""
     import signal
     import subprocess
-    script = write_script(tmp_path, textwrap.dedent(f"""\
-        import os, time
-        path = os.path.join({str(tmp_path)!r}, "pid" + os.environ["RANK"])
-        open(path, "w").write(str(os.getpid()))
-        while True:
-            time.sleep(1)
-        """))
+    script = pid_writing_script(tmp_path)
 
     def kill_at_once(proc):  # a torchrun that gets no chance to stop its workers
         try:
@@ -448,19 +439,8 @@ def test_run_torchrun_kills_workers_a_killed_torchrun_left_behind(tmp_path, monk
     monkeypatch.setattr(launch_module, "_kill_session", kill_at_once)
     with pytest.raises(subprocess.TimeoutExpired):
         dd.run_torchrun(script, 2, report=False, timeout=15)
-    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
-    deadline = time.monotonic() + 10
-
-    def alive(pid):
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return False
-        return state != "Z"
-
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(p) for p in pids), pids
+    pids = worker_pids(tmp_path)
+    assert gone(pids, wait=10), pids
 
 
 def test_run_torchrun_stops_its_workers_where_there_are_no_sessions(tmp_path, monkeypatch):
@@ -469,17 +449,11 @@ def test_run_torchrun_stops_its_workers_where_there_are_no_sessions(tmp_path, mo
     import subprocess
     monkeypatch.delattr(os, "killpg")
     monkeypatch.setattr(subprocess.Popen, "terminate", subprocess.Popen.kill)
-    script = write_script(tmp_path, textwrap.dedent(f"""\
-        import os, time
-        open(os.path.join({str(tmp_path)!r}, "pid" + os.environ["RANK"]), "w").write(
-            str(os.getpid()))
-        while True:
-            time.sleep(1)
-        """))
+    script = pid_writing_script(tmp_path)
     with pytest.raises(subprocess.TimeoutExpired):
         dd.run_torchrun(script, 2, report=False, timeout=15)
     # orphaned workers are no longer this process's descendants: look them up by pid
-    assert _gone([int((tmp_path / f"pid{r}").read_text()) for r in range(2)])
+    assert gone(worker_pids(tmp_path))
     assert_no_process_left()
 
 

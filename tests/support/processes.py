@@ -3,6 +3,8 @@
 import time
 from pathlib import Path
 
+import psutil
+
 from dltools import launch
 
 
@@ -26,3 +28,22 @@ def assert_no_process_left(wait=10):
     while descendants() and time.monotonic() < end:
         time.sleep(0.1)
     assert descendants() == [], f"processes left running: {descendants()}"
+
+
+def gone(pids, wait=15):
+    """Whether every process in ``pids`` has ended within ``wait`` seconds (zombies count as
+    ended). For processes that are no longer this one's descendants, such as orphaned workers."""
+    end = time.monotonic() + wait
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive:
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.1)
