@@ -117,7 +117,8 @@ def run_ddp(world_size, global_batch, smoke, threads):
     """Launch ``world_size`` processes; return (rank 0's results, launch-to-exit seconds)."""
     from dltools.distributed import launch
     t = time.perf_counter()
-    results = launch(ddp_worker, world_size, global_batch, smoke, threads, timeout=600)
+    results = launch(ddp_worker, world_size, global_batch, smoke, threads, timeout=600,
+                     deadline=None)
     return results[0], time.perf_counter() - t
 
 

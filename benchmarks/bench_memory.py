@@ -29,7 +29,7 @@ def measure(config, world_size):
     if world_size == 1:
         with single_process_group(backend_for(rank_device())):
             return [run_all(config)]
-    return launch(run_all, world_size, config, timeout=600)
+    return launch(run_all, world_size, config, timeout=600, deadline=None)
 
 
 def main(argv=None):

@@ -5,9 +5,14 @@ print the verdict and to read answers strictly (``3.9`` is not an int, ``True`` 
 A check takes the learner's answer, prints whether it is right (with a hint when it is not) and
 returns True/False; ``None`` means "not answered yet".
 """
+import _thread
 import numbers
+import signal
+import threading
+import time
 
-__all__ = ["report", "is_int", "int_list", "int_tuple", "close_enough"]
+__all__ = ["report", "is_int", "int_list", "int_tuple", "close_enough", "call_with_time_limit",
+           "TimeLimitExceeded"]
 
 
 def report(ok, right, hint, answer=None):
@@ -80,3 +85,71 @@ def close_enough(answer, expected, rel=0.01):
         return False
     return abs(float(answer) - expected) <= rel * abs(expected)
 
+
+
+class TimeLimitExceeded(TimeoutError):
+    """A learner's function ran past the check's time limit (and was stopped)."""
+
+
+def call_with_time_limit(seconds, fn, *args):
+    """``fn(*args)``, stopped after ``seconds`` with a ``TimeoutError`` that says so.
+
+    A check that runs a learner's function must end even when the function loops forever. The
+    limit interrupts the main thread as the kernel's stop button does (a ``KeyboardInterrupt``,
+    here turned into ``TimeoutError``). A pure-Python loop stops at once, and so does a
+    ``time.sleep`` (on Windows, when the sleep ends); a long native operation stops when it
+    returns. Off the main thread there is no limit.
+
+    >>> call_with_time_limit(5, sum, [1, 2])
+    3
+    >>> call_with_time_limit(0.2, time.sleep, 60)
+    Traceback (most recent call last):
+    ...
+    dltools.exercises.TimeLimitExceeded: your function did not return within 0.2 s: it may loop \
+forever or wait for something that never comes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    lock, state = threading.Lock(), {"done": False, "fired": False}
+    main = threading.main_thread().ident
+
+    def fire():
+        with lock:
+            if not state["done"]:
+                state["fired"] = True
+                if hasattr(signal, "pthread_kill"):   # a real signal: it wakes a sleep too
+                    signal.pthread_kill(main, signal.SIGINT)
+                else:   # Windows: the flag the stop button sets
+                    _thread.interrupt_main()
+
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    try:
+        try:
+            timer.start()
+            try:
+                return fn(*args)
+            finally:
+                with lock:
+                    state["done"] = True
+                timer.cancel()
+                if state["fired"]:
+                    _absorb_interrupt()
+        except KeyboardInterrupt:
+            if not state["fired"]:
+                raise  # the learner pressed stop
+            message = (f"your function did not return within {seconds:g} s: it may loop forever "
+                       "or wait for something that never comes.")
+            raise TimeLimitExceeded(message) from None
+    finally:
+        signal.signal(signal.SIGINT, saved)
+
+
+def _absorb_interrupt():
+    """The limit fired as the function returned: take the interrupt it sent, which is pending."""
+    try:
+        for _ in range(100):
+            time.sleep(0.001)
+    except KeyboardInterrupt:
+        pass

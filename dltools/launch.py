@@ -48,6 +48,8 @@ __all__ = ["WorkerError", "WorkerTimeoutError", "TorchrunError", "setup_process_
 
 #: Default seconds a collective may wait for a peer.
 DEFAULT_TIMEOUT = 60.0
+#: Default seconds a whole ``launch`` may take (a notebook cell that never returns helps nobody).
+DEFAULT_DEADLINE = 600.0
 
 
 class WorkerError(RuntimeError):
@@ -101,10 +103,12 @@ def _check_importable(fn):
         raise ValueError(f"{where} cannot be sent to worker processes: lambdas and functions "
                          "defined inside other functions cannot be imported by name. Define it at "
                          "the top level of a .py module.")
-    if module == "__main__" and not getattr(sys.modules.get("__main__"), "__file__", None):
-        raise ValueError(f"{qualname} is defined in a notebook or an interactive session (module "
-                         "__main__), which spawned worker processes cannot import. Put it in a .py "
-                         "module (for example next to the notebook) and import it from there.")
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if module == "__main__" and not (main_file and os.path.isfile(main_file)):
+        raise ValueError(f"{qualname} is defined in a notebook, an interactive session or a script "
+                         "read from standard input (module __main__ without a file), which spawned "
+                         "worker processes cannot import. Put it in a .py module (for example next "
+                         "to the notebook) and import it from there.")
     try:
         pickle.dumps(fn)
     except Exception as err:
@@ -161,7 +165,21 @@ def _worker(fn, args, backend, timeout, store_host, store_port):
         _record_failure(store, rank)
         raise
     try:
-        return fn(*args)
+        try:
+            result = fn(*args)
+        except SystemExit as err:
+            # Without this, the worker just ends with that exit code and no traceback.
+            raise RuntimeError(f"{_name(fn)} called sys.exit({err.code!r}) on rank {rank}: a "
+                               "launched function must return a value (or raise an exception), "
+                               "not end its process.") from err
+        try:
+            pickle.dumps(result)
+        except Exception as err:
+            # Caught here, the error has a traceback; after fn returns it would be lost.
+            raise TypeError(f"{_name(fn)} returned {type(result).__name__}, which cannot be "
+                            f"pickled to send it back to the caller ({err}): return tensors, "
+                            "numbers, strings, or lists and dicts of them.") from err
+        return result
     except BaseException:
         _record_failure(store, rank)  # before leaving the group, which makes the others fail
         raise
@@ -173,6 +191,10 @@ def _worker(fn, args, backend, timeout, store_host, store_port):
         if dist.is_initialized():   # ``fn`` may have left the group itself, as PyTorch's DDP
             dist.destroy_process_group()   # tutorial's workers end: nothing left to do then
         _stop_children()
+
+
+def _name(fn):
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
 
 def _stop_children():
@@ -197,17 +219,41 @@ _FAILED = "dltools/failed"
 
 
 def _first_failure(ctx, store, failure):
-    """The failure of the rank that failed first (the launcher reports the first one it sees)."""
+    """The failure that caused the others: (rank, ProcessFailure).
+
+    A rank that died without a Python exception (a native crash, ``os._exit``, the out-of-memory
+    killer) leaves no error file and records nothing in the store, and its peers then fail with
+    "connection closed": it is the cause. Otherwise the store names the rank whose exception came
+    first. The launcher stops the remaining workers with SIGTERM (SIGKILL after a grace period),
+    so those two signals on a rank other than the one the launcher saw fail are its doing.
+    """
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    def failure_of(rank):
+        exitcode = ctx._pc.processes[rank].exitcode
+        return ProcessFailure(local_rank=rank, pid=ctx.pids()[rank],
+                              exitcode=exitcode if exitcode is not None else 1,
+                              error_file=ctx.error_files[rank])
+
+    def died_natively(rank, stopped_by_launcher):
+        exitcode = ctx._pc.processes[rank].exitcode
+        return (exitcode not in (None, 0) and not os.path.isfile(ctx.error_files[rank])
+                and not (stopped_by_launcher and -exitcode in (signal.SIGTERM, signal.SIGKILL)))
+
     with contextlib.suppress(Exception):
+        if died_natively(failure.local_rank, stopped_by_launcher=False):
+            return failure.local_rank, failure
+        for rank in range(len(ctx._pc.processes)):
+            if died_natively(rank, stopped_by_launcher=True):
+                return rank, failure_of(rank)
         if store.check([f"{_FAILED}/1"]):
             rank = int(store.get(f"{_FAILED}/1").decode())
             if rank != failure.local_rank:
-                exitcode = ctx._pc.processes[rank].exitcode if getattr(ctx, "_pc", None) else None
-                return rank, ProcessFailure(local_rank=rank, pid=ctx.pids()[rank],
-                                            exitcode=exitcode if exitcode is not None else 1,
-                                            error_file=ctx.error_files[rank])
+                return rank, failure_of(rank)
     return failure.local_rank, failure
+
+
+_CRASH_SIGNALS = {"SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE"}
 
 
 @contextlib.contextmanager
@@ -226,25 +272,37 @@ def _quiet_elastic_logs():
 
 
 def _format_failure(fn, failure, rank, stderr_path):
+    """(the message for the learner, the worker's traceback or the end of its stderr)."""
+    has_traceback = os.path.isfile(failure.error_file)
     message = failure.message
     if isinstance(message, dict):
         callstack = message.get("extraInfo", {}).get("py_callstack", "")
         message = message.get("message", "") + "\n" + callstack
-    if not failure.error_file_data.get("message"):
-        # No traceback recorded (the process died before or outside fn): show the end of its stderr.
+    if has_traceback:
+        reason, shown = "raised an exception", "Its traceback"
+    else:
+        # No Python exception recorded: what the process wrote to stderr is all there is.
         with contextlib.suppress(OSError):
             message = "\n".join(Path(stderr_path).read_text(errors="replace").splitlines()[-30:])
-    if failure.error_file_data.get("message"):
-        reason = "raised an exception"
-    elif failure.exitcode is not None and failure.exitcode < 0:
-        reason = f"was killed by signal {failure.signal_name()}"
-    else:
-        reason = f"exited with code {failure.exitcode}"
-    return (f"worker rank {rank} of {fn.__module__}.{fn.__qualname__} {reason}.\n"
-            f"Its traceback:\n{message}"), message
+        if not message.strip() or message.startswith("To enable traceback"):
+            message = "(it wrote nothing to stderr)"
+        shown = "The end of its stderr"
+        if failure.exitcode is not None and failure.exitcode < 0:
+            name = failure.signal_name()
+            reason = f"was killed by signal {name}"
+            if name in _CRASH_SIGNALS:
+                reason += (": a crash in native code (C++, CUDA), for example tensors of different "
+                           "sizes on different ranks in one collective, or an index out of range")
+            elif name == "SIGKILL":
+                reason += ", often the system's out-of-memory killer: use less memory per worker"
+        else:
+            reason = (f"exited with code {failure.exitcode} without a Python exception (os._exit, "
+                      "or a crash in native code)")
+    return (f"worker rank {rank} of {_name(fn)} {reason}.\n{shown}:\n{message}"), message
 
 
-def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT, deadline=None, env=None):
+def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
+           deadline=DEFAULT_DEADLINE, env=None):
     """Run ``fn(*args)`` in ``world_size`` new processes with a process group; return their results.
 
     Each worker sees ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
@@ -261,8 +319,9 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT, deadlin
     raises, the others are stopped and :class:`WorkerError` carries the worker's traceback
     (workers' stderr is kept in a file for that and shown only on failure). A collective (and
     joining the group) waits at most ``timeout`` seconds for a peer: a hung peer ends in
-    :class:`WorkerTimeoutError` (a ``TimeoutError``). ``deadline`` (seconds, default none) limits
-    the whole run; past it every worker is stopped and ``TimeoutError`` is raised. ``env``: extra
+    :class:`WorkerTimeoutError` (a ``TimeoutError``). ``deadline`` (seconds, default 600; ``None``
+    for none) limits the whole run; past it every worker is stopped and ``TimeoutError`` is
+    raised. ``env``: extra
     environment variables. Each worker gets ``OMP_NUM_THREADS`` = cores / ``world_size`` (at
     least 1) unless ``env`` sets it, and runs that many torch threads
     (``torch.set_num_threads``), so the workers do not oversubscribe the cores.
@@ -319,8 +378,10 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT, deadlin
                 result = ctx.wait(timeout=0.05, period=0.05)
                 if result is None and end is not None and time.monotonic() > end:
                     raise TimeoutError(
-                        f"{fn.__qualname__} on {world_size} processes did not finish within the "
-                        f"deadline of {deadline} s; all workers were stopped.")
+                        f"{_name(fn)} on {world_size} processes did not finish within the "
+                        f"deadline of {deadline} s; all workers were stopped. A worker may be "
+                        "stuck in a loop; if the run is only slow, pass a larger deadline= (in "
+                        "seconds, or None for no limit).")
         if result.is_failed():
             rank, failure = _first_failure(ctx, store, next(iter(result.failures.values())))
             message, tb = _format_failure(fn, failure, rank, result.stderrs.get(rank, ""))

@@ -10,6 +10,7 @@ created on ``cuda:0``, ``cuda:1``, ... without any GPU (shapes and devices only,
 operation that mixes two GPUs raises as it would on real ones. So a missing ``.to(device)``, which
 goes unnoticed when every device is the CPU, fails the check here too.
 """
+import sys
 import traceback
 
 import torch
@@ -17,7 +18,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import dltools
-from dltools.exercises import int_list, report
+from dltools.exercises import TimeLimitExceeded, call_with_time_limit, int_list, report
 
 
 def _chunks(batch, num_devices):
@@ -93,10 +94,16 @@ def check_dp_visible_gpus(answer):
 # ------------------------------------------------------------------ coding exercises
 
 
+#: Seconds a learner's function may run in a check (each call takes a few milliseconds).
+TIME_LIMIT = 30
+
+
 def _call(fn, *args):
     """Run the learner's code: (result, None), or (None, a one-line description of the error)."""
     try:
-        return fn(*args), None
+        return call_with_time_limit(TIME_LIMIT, fn, *args), None
+    except TimeLimitExceeded as err:
+        return None, str(err)
     except Exception as err:  # noqa: BLE001 - any error in the learner's code is feedback
         last = traceback.extract_tb(err.__traceback__)[-1]
         return None, f"your function raised {type(err).__name__}: {err} (line {last.lineno})"
@@ -117,23 +124,27 @@ def _reference_split(X, y, devices):
             [t.to(d) for t, d in zip(y.chunk(len(devices)), devices)])
 
 
-def _library_refused(*args, **kwargs):
-    raise RuntimeError("this exercise asks for your own split_batch: split with tensor.chunk, "
-                       "not with dltools' split_batch or scatter")
-
-
 def _call_own(fn, *args):
-    """``_call`` with the library's split_batch and scatter disabled (their code swapped for a
-    refusal), so a wrapper, an alias or a partial of them fails too."""
-    library = (dltools.parallel.split_batch, dltools.parallel.scatter)
-    codes = [f.__code__ for f in library]
+    """``_call``, refused when the learner's function calls the library's split_batch or scatter,
+    whether directly, through a wrapper, an alias or a partial: a profile hook watches the calls
+    (in this thread, only while the learner's function runs; nothing of the library is changed)."""
+    library = {dltools.parallel.split_batch.__code__, dltools.parallel.scatter.__code__}
+    used = []
+
+    def watch(frame, event, arg):
+        if event == "call" and frame.f_code in library:
+            used.append(frame.f_code.co_name)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
     try:
-        for f in library:
-            f.__code__ = _library_refused.__code__
-        return _call(fn, *args)
+        result, err = _call(fn, *args)
     finally:
-        for f, code in zip(library, codes):
-            f.__code__ = code
+        sys.setprofile(previous)
+    if used:
+        return None, ("this exercise asks for your own split_batch: split with tensor.chunk, not "
+                      f"with dltools' {used[0]}")
+    return result, err
 
 
 def check_split_batch(split_batch):

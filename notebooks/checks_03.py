@@ -101,6 +101,8 @@ def check_padded_shards(answer):
 # ------------------------------------------------------------------ coding exercise
 
 _WORLD, _GLOBAL_BATCH, _LR, _EPOCHS, _ROWS = 2, 12, 0.5, 2, 48
+#: Seconds the two workers of exercise 5 may take together.
+_DEADLINE = 120
 
 
 def _dataset():
@@ -149,10 +151,14 @@ def check_ddp_worker(worker):
     dataset = _dataset()
     try:
         results = launch(run_worker_for_check, _WORLD, source, worker.__name__, dataset,
-                         _GLOBAL_BATCH, _LR, _EPOCHS)
+                         _GLOBAL_BATCH, _LR, _EPOCHS, deadline=_DEADLINE)
     except WorkerError as err:
         last = (err.worker_traceback.strip().splitlines() or [str(err)])[-1]
         return report(False, "", f"a worker raised: {last}", 0)
+    except TimeoutError:
+        return report(False, "", f"the workers did not finish within {_DEADLINE} s (a right one "
+                      "takes a few seconds) and were stopped: look for a loop that never ends, "
+                      "or a rank that waits for a collective the other rank never calls.", 0)
     ref = _reference(dataset, _GLOBAL_BATCH)
     states, seen = [r[0] for r in results], [r[1] for r in results]
     state = states[0]

@@ -9,11 +9,14 @@ import numbers
 
 import torch
 
-from dltools.exercises import report
+from dltools.exercises import TimeLimitExceeded, call_with_time_limit, report
 
 # The seed's runs: all 60,000 training images, 10 epochs; one GPU at batch 256 and lr 0.1, two GPUs
 # at batch 512 and lr 0.2.
 _IMAGES, _EPOCHS, _BATCH_1, _LR_1, _BATCH_2 = 60000, 10, 256, 0.1, 512
+
+#: Seconds a learner's function may run in a check.
+TIME_LIMIT = 30
 
 
 def _is_int(answer):
@@ -108,7 +111,10 @@ def check_warmup_schedule(lr_at):
     warmup = 2 * math.ceil(_IMAGES / _BATCH_2)
     expected = _reference_lrs(2 * _LR_1, warmup, warmup + 50)
     try:
-        got = [float(lr_at(step)) for step in range(len(expected))]
+        got = call_with_time_limit(TIME_LIMIT, lambda: [float(lr_at(step))
+                                                        for step in range(len(expected))])
+    except TimeLimitExceeded as err:
+        return report(False, "", f"lr_at: {err}", lr_at)
     except Exception as err:  # the learner's code: report, do not raise
         return report(False, "", f"lr_at raised {type(err).__name__}: {err}", lr_at)
     bad = [s for s, (g, e) in enumerate(zip(got, expected)) if not math.isclose(g, e, rel_tol=1e-9)]

@@ -10,7 +10,17 @@ import numbers
 import torch
 
 from dltools.beyond.memory import GB, per_rank_bytes
-from dltools.exercises import close_enough, int_tuple, is_int, report
+from dltools.exercises import (
+    TimeLimitExceeded,
+    call_with_time_limit,
+    close_enough,
+    int_tuple,
+    is_int,
+    report,
+)
+
+#: Seconds a learner's function may run in a check.
+TIME_LIMIT = 30
 
 
 def check_zero_memory(answer):
@@ -104,7 +114,10 @@ def check_zero1_step(zero1_step):
         full_opt.step()
         for r in range(world):
             try:
-                zero1_step(opts[r], pieces[r], g.clone(), r, world)
+                call_with_time_limit(TIME_LIMIT, zero1_step, opts[r], pieces[r], g.clone(), r,
+                                     world)
+            except TimeLimitExceeded as err:
+                return report(False, "", f"on rank {r} of {world}: {err}", zero1_step)
             except Exception as err:  # noqa: BLE001 (the learner's code: report it, do not crash)
                 return report(False, "", f"on rank {r} of {world} (pieces of {sizes} elements) "
                               f"your function raised {type(err).__name__}: {err}", zero1_step)

@@ -246,3 +246,39 @@ def test_diagram_script_writes_the_same_png_twice(tmp_path):
 
 def test_committed_diagram_exists():
     assert (ROOT / "images" / _diagram_module().FILENAME).is_file()
+
+
+def split_loops_forever(X, y, devices):
+    while True:
+        pass
+
+
+def split_sleeps(X, y, devices):
+    import time
+    time.sleep(3600)
+
+
+@pytest.mark.parametrize("wrong", [split_loops_forever, split_sleeps])
+def test_split_batch_that_never_returns_is_stopped(capsys, monkeypatch, wrong):
+    monkeypatch.setattr(checks, "TIME_LIMIT", 1)
+    assert_wrong(capsys, checks.check_split_batch, wrong, "did not return within 1 s")
+
+
+def allreduce_loops_forever(data):
+    while True:
+        pass
+
+
+def test_allreduce_that_never_returns_is_stopped(capsys, monkeypatch):
+    monkeypatch.setattr(checks, "TIME_LIMIT", 1)
+    assert_wrong(capsys, checks.check_allreduce, allreduce_loops_forever,
+                 "did not return within 1 s")
+
+
+def test_the_library_is_left_as_it_was():
+    # The check watches for calls of the library's split_batch; it must not change the library.
+    code = dltools.parallel.split_batch.__code__, dltools.parallel.scatter.__code__
+    checks.check_split_batch(split_wraps_library)
+    assert (dltools.parallel.split_batch.__code__, dltools.parallel.scatter.__code__) == code
+    X, y = torch.arange(6.).reshape(3, 2), torch.arange(3)
+    assert [t.shape[0] for t in dltools.split_batch(X, y, ["cpu", "cpu"])[0]] == [2, 1]

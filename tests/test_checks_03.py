@@ -6,6 +6,7 @@ import pytest
 
 import checks_03 as checks
 from support.checks import assert_help_hides, assert_right, assert_unanswered, assert_wrong
+from support.processes import assert_no_process_left
 
 
 @pytest.mark.parametrize("check, right", [
@@ -109,6 +110,8 @@ WRONG = {  # the typical mistakes, as edits of right_worker's source
                          "\"cuda\" else None)\n", ""),
                         ("model.module.state_dict()", "model.state_dict()")],
     "unseeded": [("    torch.manual_seed(0)\n", "")],  # right: DDP broadcasts rank 0's start
+    "loops_forever": [("            optimizer.step()\n", "            optimizer.step()\n"
+                       "            while True:\n                pass\n")],
     "rank0_only": [("    return {k: v.cpu()", "    if dist.get_rank():\n        return None\n"
                     "    return {k: v.cpu()")],
 }
@@ -151,3 +154,10 @@ def test_ddp_worker_wrong(capsys, tmp_path, name, words):
 @pytest.mark.parametrize("wrong", ["right_worker", right_worker.__call__, print])
 def test_ddp_worker_not_a_function(capsys, wrong):
     assert_wrong(capsys, checks.check_ddp_worker, wrong)
+
+
+def test_ddp_worker_that_never_ends_is_stopped(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(checks, "_DEADLINE", 5)
+    assert_wrong(capsys, checks.check_ddp_worker, make_worker("loops_forever", tmp_path),
+                 "did not finish within 5 s")
+    assert_no_process_left()

@@ -79,3 +79,12 @@ def test_whole_numbers_computed_as_floats_pass():
     assert checks.check_bn_rows_per_replica(512 / 4) is True
     assert checks.check_steps_in_ten_epochs(np.ceil(60000 / 512) * 10) is True
     assert checks.check_steps_in_ten_epochs(np.int64(1180)) is True
+
+
+def test_warmup_schedule_that_never_returns_is_stopped(capsys, monkeypatch):
+    def stuck(step):
+        while True:
+            pass
+    monkeypatch.setattr(checks, "TIME_LIMIT", 1)
+    assert checks.check_warmup_schedule(stuck) is False
+    assert "did not return within 1 s" in capsys.readouterr().out

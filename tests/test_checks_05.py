@@ -89,3 +89,14 @@ def test_zero1_step_not_answered(capsys):
                                    checks.check_zero1_step])
 def test_help_does_not_show_the_answer(check):
     assert_help_hides(check, ("37.375", "24", "(32, 6)", "0.2", "tensor_split", "chunk"))
+
+
+def zero1_waits_forever(optimizer, piece, full_grad, rank, world_size):
+    import time
+    time.sleep(3600)
+
+
+def test_zero1_step_that_never_returns_is_stopped(capsys, monkeypatch):
+    monkeypatch.setattr(checks, "TIME_LIMIT", 1)
+    assert checks.check_zero1_step(zero1_waits_forever) is False
+    assert "on rank 0 of 4: your function did not return within 1 s" in capsys.readouterr().out

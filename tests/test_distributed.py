@@ -4,8 +4,10 @@ paths, and the from-scratch all-reduce.
 Each launch starts real processes (a few seconds each), so the checks are grouped into few launches.
 """
 import datetime
+import inspect
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -335,6 +337,87 @@ def test_worker_exception_reaches_the_caller_with_its_traceback():
     assert "raise_on_rank" in err.worker_traceback  # the worker's own stack
     assert not isinstance(err, TimeoutError)
     assert_no_process_left()
+
+
+def exit_on_rank_1(how):
+    """Rank 1 ends without a Python exception (or by sys.exit); rank 0 waits at a barrier."""
+    if dist.get_rank() == 1:
+        if how == "os._exit":
+            os._exit(7)
+        if how == "segfault":
+            import ctypes
+            ctypes.string_at(0)
+        if how == "sys.exit":
+            sys.exit(3)
+    dist.barrier()
+    return dist.get_rank()
+
+
+@pytest.mark.parametrize("how, says", [
+    ("os._exit", "exited with code 7 without a Python exception"),
+    ("segfault", "killed by signal SIGSEGV: a crash in native code"),
+    ("sys.exit", "called sys.exit(3) on rank 1"),
+])
+def test_a_worker_that_dies_is_named_with_its_cause(how, says):
+    # Rank 0 then fails too (its peer is gone, and the launcher stops it with SIGTERM): the error
+    # must name rank 1 and why it ended, not rank 0's SIGTERM.
+    with pytest.raises(dd.WorkerError) as info:
+        dd.launch(exit_on_rank_1, 2, how)
+    assert info.value.rank == 1
+    assert f"worker rank 1 of {__name__}.exit_on_rank_1" in str(info.value)
+    assert says in str(info.value)
+    assert "SIGTERM" not in str(info.value)
+    assert_no_process_left()
+
+
+def mismatched_all_reduce():
+    t = torch.ones(3 if dist.get_rank() == 0 else 5)
+    dist.all_reduce(t)
+    return t
+
+
+def test_mismatched_collective_sizes_name_the_crash_and_gloos_reason():
+    with pytest.raises(dd.WorkerError) as info:
+        dd.launch(mismatched_all_reduce, 2)
+    message = str(info.value)
+    assert "killed by signal SIGABRT: a crash in native code" in message
+    assert "collective mismatch" in message   # gloo's own words, from the worker's stderr
+    assert_no_process_left()
+
+
+def return_a_lock():
+    import threading
+    return threading.Lock()
+
+
+def test_a_result_that_cannot_be_sent_back_is_named():
+    with pytest.raises(dd.WorkerError, match="returned lock, which cannot be pickled"):
+        dd.launch(return_a_lock, 2)
+    assert_no_process_left()
+
+
+def test_launch_refuses_a_function_of_a_script_read_from_stdin():
+    code = textwrap.dedent("""
+        from dltools import distributed as dd
+        def work():
+            return 1
+        if __name__ == "__main__":
+            try:
+                dd.launch(work, 2)
+            except ValueError as err:
+                print(err)
+    """)
+    out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).parents[1])
+    assert "read from standard input" in out.stdout, out.stdout + out.stderr
+
+
+def test_launch_has_a_deadline_by_default():
+    # A notebook cell that launches a worker stuck in a loop must end: by default within the
+    # notebook tests' cell timeout (600 s). test_deadline_stops_a_run_that_never_ends shows a
+    # deadline stops such a run.
+    deadline = inspect.signature(dd.launch).parameters["deadline"].default
+    assert deadline is not None and 0 < deadline <= 600
 
 
 def test_busy_default_port_does_not_matter(monkeypatch):
