@@ -3,7 +3,8 @@
 Each notebook's checks live next to it, in ``notebooks/checks_NN.py``; they use the helpers here to
 print the verdict and to read answers strictly (``3.9`` is not an int, ``True`` is not a number).
 A check takes the learner's answer, prints whether it is right (with a hint when it is not) and
-returns True/False; ``None`` means "not answered yet".
+returns a :class:`Verdict`, true or false, that a notebook does not display; ``None`` as the answer
+means "not answered yet".
 """
 import _thread
 import numbers
@@ -11,28 +12,59 @@ import signal
 import threading
 import time
 
-__all__ = ["report", "is_int", "int_list", "int_tuple", "close_enough", "call_with_time_limit",
-           "TimeLimitExceeded"]
+__all__ = ["Verdict", "report", "is_int", "int_list", "int_tuple", "close_enough",
+           "call_with_time_limit", "TimeLimitExceeded"]
+
+
+class Verdict:
+    """What a check returns: true when the answer is right.
+
+    The check has already printed its sentence, so in a notebook the verdict itself shows nothing
+    (no bare ``True`` or ``False`` under the cell); in code it is true or false, and equals the
+    bool.
+
+    >>> bool(Verdict(True)), Verdict(False) == False, Verdict(True)
+    (True, True, Verdict(True))
+    """
+    __slots__ = ("ok",)
+
+    def __init__(self, ok):
+        self.ok = bool(ok)
+
+    def __bool__(self):
+        return self.ok
+
+    def __eq__(self, other):
+        return self.ok == other if isinstance(other, (bool, Verdict)) else NotImplemented
+
+    def __hash__(self):
+        return hash(self.ok)
+
+    def __repr__(self):
+        return f"Verdict({self.ok})"
+
+    def _ipython_display_(self):
+        """IPython and Jupyter show nothing for it: the sentence printed above is the answer."""
 
 
 def report(ok, right, hint, answer=None):
-    """Print the verdict on an answer and return it as a bool.
+    """Print the verdict on an answer and return it (a :class:`Verdict`, true when right).
 
     >>> report(True, 'well done', 'try again')
     Correct: well done
-    True
+    Verdict(True)
     >>> report(False, 'well done', 'try again', answer=None)
     Not answered yet: replace None with your answer.
-    False
+    Verdict(False)
     >>> report(False, 'well done', 'try again', answer=3)
     Not yet: try again
-    False
+    Verdict(False)
     """
     if ok is None or (answer is None and not ok):
         print("Not answered yet: replace None with your answer.")
-        return False
+        return Verdict(False)
     print(f"Correct: {right}" if ok else f"Not yet: {hint}")
-    return bool(ok)
+    return Verdict(ok)
 
 
 def is_int(value):

@@ -1,6 +1,6 @@
 """Checks for the exercises of notebook 00 (getting started).
 
-Each check prints whether the answer is right, with a hint when it is not, and returns True/False;
+Each check prints whether the answer is right, with a hint when it is not, and returns a Verdict;
 ``None`` means "not answered yet". Expected values are worked out inside the functions, so that
 Jupyter's help (Shift-Tab) does not show them.
 """
@@ -9,21 +9,21 @@ import math
 from dltools.data import FASHION_MNIST_LABELS
 from dltools.exercises import int_tuple, is_int, report
 
-_TRAIN_IMAGES, _BATCH, _RESIZE, _CLASS_NAME = 60000, 256, 64, "sneaker"
+_TRAIN_IMAGES, _EPOCH_BATCH, _BATCH, _RESIZE, _CLASS_NAME = 60000, 512, 256, 64, "sneaker"
 
 
 def check_batches_per_epoch(answer):
     """Exercise 1: batches in one epoch over the training images."""
-    expected = math.ceil(_TRAIN_IMAGES / _BATCH)
+    expected = math.ceil(_TRAIN_IMAGES / _EPOCH_BATCH)
     if answer is not None and not is_int(answer):
         hint = "a number of batches is a whole number (an int, not a float)."
-    elif answer == _TRAIN_IMAGES // _BATCH:
+    elif answer == _TRAIN_IMAGES // _EPOCH_BATCH:
         hint = "the last batch is smaller than the others but still a batch (round up)."
     else:
         hint = "divide the number of images by the batch size, and count a partial batch too."
     ok = None if answer is None else is_int(answer) and answer == expected
-    return report(ok, f"{_TRAIN_IMAGES:,} / {_BATCH} = {_TRAIN_IMAGES / _BATCH:.1f}, and the last, "
-                  f"smaller batch counts too: {expected}.", hint, answer)
+    return report(ok, f"{_TRAIN_IMAGES:,} / {_EPOCH_BATCH} = {_TRAIN_IMAGES / _EPOCH_BATCH:.1f}, "
+                  f"and the last, smaller batch counts too: {expected}.", hint, answer)
 
 
 def check_label_index(answer):

@@ -1,6 +1,6 @@
 """Checks for the exercises of notebook 01 (data parallelism, a first look).
 
-Each check prints whether the answer is right, with a hint when it is not, and returns True/False;
+Each check prints whether the answer is right, with a hint when it is not, and returns a Verdict;
 ``None`` means "not answered yet". Expected values are worked out inside the functions (with
 ``torch.chunk``, ``nn.DataParallel`` and ``dltools``), so that Jupyter's help (Shift-Tab) does not
 show them. The coding exercises' checks run the learner's function and compare with dltools/torch.

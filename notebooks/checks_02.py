@@ -1,6 +1,6 @@
 """Checks for the exercises of notebook 02 (inside nn.DataParallel).
 
-Each check prints whether the answer is right, with a hint when it is not, and returns True/False;
+Each check prints whether the answer is right, with a hint when it is not, and returns a Verdict;
 ``None`` means "not answered yet". Expected values are worked out inside the functions (with
 ``torch.chunk`` and ``dltools.traffic``), so that Jupyter's help (Shift-Tab) does not show them.
 The coding exercise's check runs the learner's module through ``dltools.parallel.DataParallel``.

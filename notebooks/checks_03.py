@@ -1,6 +1,6 @@
 """Checks for the exercises of notebook 03 (from DataParallel to DistributedDataParallel).
 
-Each check prints whether the answer is right, with a hint when it is not, and returns True/False;
+Each check prints whether the answer is right, with a hint when it is not, and returns a Verdict;
 ``None`` means "not answered yet". Expected values are worked out inside the functions (with
 ``dltools.traffic`` and PyTorch's own ``DistributedSampler``), so that Jupyter's help (Shift-Tab)
 does not show them. The coding exercise's check runs the learner's worker in two real processes

@@ -1,6 +1,6 @@
 """Checks for the exercises of notebook 04 (ResNet-18 across devices).
 
-Each check prints whether the answer is right, with a hint when it is not, and returns True/False;
+Each check prints whether the answer is right, with a hint when it is not, and returns a Verdict;
 ``None`` means "not answered yet". The expected values are worked out inside the functions from the
 seed's setup, so that Jupyter's help (Shift-Tab) does not show them.
 """

@@ -1,7 +1,7 @@
 """Checks for the exercises of notebook 05 (beyond DDP: ZeRO, FSDP2, tensor and pipeline
 parallelism).
 
-Each check prints whether the answer is right, with a hint when it is not, and returns True/False;
+Each check prints whether the answer is right, with a hint when it is not, and returns a Verdict;
 ``None`` means "not answered yet". Expected values are worked out inside the functions (from
 ``dltools.beyond.memory`` and the schedules' rules), so Jupyter's help does not show them.
 """

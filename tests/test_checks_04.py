@@ -18,7 +18,7 @@ def test_right_answer_passes_and_wrong_ones_fail(check, right, wrongs, capsys):
 
 
 def test_scaled_lr_names_the_square_root_rule(capsys):
-    assert checks.check_scaled_lr(0.2) is False
+    assert not checks.check_scaled_lr(0.2)
     out = capsys.readouterr().out
     assert "square-root" in out and "batch 512" in out
 
@@ -26,7 +26,7 @@ def test_scaled_lr_names_the_square_root_rule(capsys):
 @pytest.mark.parametrize("spelling", ["BatchNorm weight", " batchnorm  weight ", "BATCHNORM"
                                       " WEIGHT"])
 def test_reinit_keeps_accepts_any_case_and_spacing(spelling):
-    assert checks.check_reinit_keeps(spelling) is True
+    assert checks.check_reinit_keeps(spelling)
 
 
 def test_warmup_schedule_runs_the_learners_function(capsys):
@@ -35,7 +35,7 @@ def test_warmup_schedule_runs_the_learners_function(capsys):
     def right(step):
         return 0.2 * min(1.0, (step + 1) / steps)
 
-    assert checks.check_warmup_schedule(right) is True
+    assert checks.check_warmup_schedule(right)
     wrongs = {   # each mistake, and the hint it must get
         "no warm-up": (lambda step: 0.2, "no warm-up"),
         "off by one": (lambda step: 0.2 * min(1.0, step / steps), "off by one"),
@@ -46,13 +46,13 @@ def test_warmup_schedule_runs_the_learners_function(capsys):
     }
     for name, (fn, hint) in wrongs.items():
         capsys.readouterr()
-        assert checks.check_warmup_schedule(fn) is False, name
+        assert not checks.check_warmup_schedule(fn), name
         out = capsys.readouterr().out
         assert "Not yet" in out and hint in out, (name, out)
-    assert checks.check_warmup_schedule(lambda step: 1 / 0) is False
+    assert not checks.check_warmup_schedule(lambda step: 1 / 0)
     assert "ZeroDivisionError" in capsys.readouterr().out
-    assert checks.check_warmup_schedule(0.2) is False
-    assert checks.check_warmup_schedule(None) is False
+    assert not checks.check_warmup_schedule(0.2)
+    assert not checks.check_warmup_schedule(None)
 
 
 @pytest.mark.parametrize("name, answers", [
@@ -76,9 +76,9 @@ def test_every_check_is_tested():
 def test_whole_numbers_computed_as_floats_pass():
     """512 / 4 is 128.0 in Python 3, and numpy's ceil returns floats: both are right answers."""
     import numpy as np
-    assert checks.check_bn_rows_per_replica(512 / 4) is True
-    assert checks.check_steps_in_ten_epochs(np.ceil(60000 / 512) * 10) is True
-    assert checks.check_steps_in_ten_epochs(np.int64(1180)) is True
+    assert checks.check_bn_rows_per_replica(512 / 4)
+    assert checks.check_steps_in_ten_epochs(np.ceil(60000 / 512) * 10)
+    assert checks.check_steps_in_ten_epochs(np.int64(1180))
 
 
 def test_warmup_schedule_that_never_returns_is_stopped(capsys, monkeypatch):
@@ -86,5 +86,5 @@ def test_warmup_schedule_that_never_returns_is_stopped(capsys, monkeypatch):
         while True:
             pass
     monkeypatch.setattr(checks, "TIME_LIMIT", 1)
-    assert checks.check_warmup_schedule(stuck) is False
+    assert not checks.check_warmup_schedule(stuck)
     assert "did not return within 1 s" in capsys.readouterr().out

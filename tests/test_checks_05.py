@@ -64,7 +64,7 @@ def zero1_whole_grad(optimizer, piece, full_grad, rank, world_size):
 
 
 def test_zero1_step_right(capsys):
-    assert checks.check_zero1_step(zero1_right) is True
+    assert checks.check_zero1_step(zero1_right)
     assert "Correct" in capsys.readouterr().out
 
 
@@ -75,12 +75,12 @@ def test_zero1_step_right(capsys):
     ("zero1_step", "function itself"),
 ])
 def test_zero1_step_wrong(wrong, says, capsys):
-    assert checks.check_zero1_step(wrong) is False
+    assert not checks.check_zero1_step(wrong)
     assert says in capsys.readouterr().out
 
 
 def test_zero1_step_not_answered(capsys):
-    assert checks.check_zero1_step(None) is False
+    assert not checks.check_zero1_step(None)
     assert "Not answered yet" in capsys.readouterr().out
 
 
@@ -98,5 +98,5 @@ def zero1_waits_forever(optimizer, piece, full_grad, rank, world_size):
 
 def test_zero1_step_that_never_returns_is_stopped(capsys, monkeypatch):
     monkeypatch.setattr(checks, "TIME_LIMIT", 1)
-    assert checks.check_zero1_step(zero1_waits_forever) is False
+    assert not checks.check_zero1_step(zero1_waits_forever)
     assert "on rank 0 of 4: your function did not return within 1 s" in capsys.readouterr().out

@@ -1,18 +1,22 @@
 """What every test of a notebook's exercise checks (``notebooks/checks_NN.py``) asserts.
 
-A check prints one verdict (``dltools.exercises.report``) and returns whether the answer is right:
-- a right answer: ``True``, and ``Correct: ...``;
-- a typical wrong answer: ``False``, and ``Not yet: <hint>``, the hint naming the mistake;
-- no answer (``None``): ``False``, and ``Not answered yet: ...``;
+A check prints one verdict (``dltools.exercises.report``) and returns whether the answer is right,
+as a ``Verdict`` (which a notebook does not display):
+- a right answer: true, and ``Correct: ...``;
+- a typical wrong answer: false, and ``Not yet: <hint>``, the hint naming the mistake;
+- no answer (``None``): false, and ``Not answered yet: ...``;
 - and the answer never shows in what Jupyter's help (``check?``) prints: signature and docstring.
 """
 import inspect
 
+from dltools.exercises import Verdict
+
 
 def verdict(capsys, check, answer):
-    """``(returned value, printed text)`` of ``check(answer)``."""
+    """``(True or False, printed text)`` of ``check(answer)``, which returns a Verdict."""
     ok = check(answer)
-    return ok, capsys.readouterr().out
+    assert isinstance(ok, Verdict), f"{check.__name__} returned {ok!r}, not a Verdict"
+    return bool(ok), capsys.readouterr().out
 
 
 def assert_right(capsys, check, answer):
