@@ -64,6 +64,15 @@ def data_root(root=None):
     return Path.cwd().parent / "data"
 
 
+#: The md5 of each file extracted from the archives above (what torchvision reads).
+FASHION_MNIST_EXTRACTED = {
+    "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+    "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
+    "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
+    "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
+}
+
+
 def _md5(path):
     h = hashlib.md5()
     with open(path, "rb") as f:
@@ -104,11 +113,17 @@ def load_fashion_mnist(train=True, root=None, download=True):
     """
     root = data_root(root)
     raw = root / "FashionMNIST" / "raw"
+    if (not any((raw / name).exists() for name in FASHION_MNIST_ARCHIVES)
+            and any((root / name).exists() for name in FASHION_MNIST_ARCHIVES)):
+        raise DatasetUnavailableError(
+            f"{root} holds the archives itself; the data root is the folder whose "
+            f"FashionMNIST/raw/ holds them: pass {root.parent.parent} instead")
     _check_archives(raw)
     before = set(raw.iterdir()) if raw.exists() else set()
     # With all four verified archives present, torchvision's "download" step only extracts them (no
     # network), so do it even when download=False: a fresh copy of the archives must just work.
     local = all((raw / name).exists() for name in FASHION_MNIST_ARCHIVES)
+    _check_extracted(raw, train, local)
     try:
         try:
             images, labels = _read(root, train, download or local, raw)
@@ -117,22 +132,37 @@ def load_fashion_mnist(train=True, root=None, download=True):
                 raise
             # The archives are whole (verified above), so an extracted file is damaged (truncated,
             # emptied): extract again from the archives, once.
-            for path in raw.iterdir():
-                if path.name not in FASHION_MNIST_ARCHIVES:
-                    path.unlink()
+            for name in FASHION_MNIST_EXTRACTED:   # only these: other files are not ours
+                (raw / name).unlink(missing_ok=True)
             images, labels = _read(root, train, True, raw)
     except Exception as err:
         # Leave nothing half-written behind: a partial download or extraction would be taken for
         # a good file next time.
         if raw.exists():
             for path in set(raw.iterdir()) - before:
-                if (path.name not in FASHION_MNIST_ARCHIVES
-                        or _md5(path) != FASHION_MNIST_ARCHIVES[path.name]):
+                known = path.name in FASHION_MNIST_EXTRACTED or path.name in FASHION_MNIST_ARCHIVES
+                if known and path.is_file() and (path.name in FASHION_MNIST_EXTRACTED or _md5(path)
+                                                 != FASHION_MNIST_ARCHIVES[path.name]):
                     path.unlink()
         raise DatasetUnavailableError(
             f"Fashion-MNIST ({'train' if train else 'test'}) is not available: {err}\n"
             + _help_text(raw)) from err
     return images, labels.long()
+
+
+def _check_extracted(raw, train, local):
+    """An extracted file of this split whose md5 is not the official one (damaged, even at its
+    full size) is removed when the verified archives are there to extract it again; otherwise
+    the error names it."""
+    prefix = "train" if train else "t10k"
+    for name, md5 in FASHION_MNIST_EXTRACTED.items():
+        path = raw / name
+        if name.startswith(prefix) and path.is_file() and _md5(path) != md5:
+            if not local:
+                raise DatasetUnavailableError(
+                    f"{path} is damaged (its md5 is not the official one) and the archives are "
+                    "not there to extract it again: delete it.\n" + _help_text(raw))
+            path.unlink()
 
 
 def _read(root, train, download, raw):

@@ -26,6 +26,7 @@ import datetime
 import gc
 import json
 import logging
+import math
 import os
 import pickle
 import shutil
@@ -150,6 +151,7 @@ def _worker(fn, args, backend, timeout, store_host, store_port):
     # for it to take effect: apply it here, or every worker runs as many threads as there are cores.
     if os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    _adopt_orphans()
     store = dist.TCPStore(store_host, store_port, world_size, is_master=False,
                           timeout=datetime.timedelta(seconds=timeout))
     options = dict(store=store, rank=rank, world_size=world_size,
@@ -167,6 +169,10 @@ def _worker(fn, args, backend, timeout, store_host, store_port):
     try:
         try:
             result = fn(*args)
+        except KeyboardInterrupt as err:
+            # torch's spawn wrapper takes it for a stop from the parent and exits with code 0,
+            # without a result: the launcher would wait for one until its deadline.
+            raise RuntimeError(f"{_name(fn)} raised KeyboardInterrupt on rank {rank}") from err
         except SystemExit as err:
             # Without this, the worker just ends with that exit code and no traceback.
             raise RuntimeError(f"{_name(fn)} called sys.exit({err.code!r}) on rank {rank}: a "
@@ -195,6 +201,16 @@ def _worker(fn, args, backend, timeout, store_host, store_port):
 
 def _name(fn):
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+
+
+def _adopt_orphans():
+    """On Linux, make this worker the "subreaper" of what it starts: a process whose parent exits
+    (``sh -c "sleep 600 &"``, a daemon) is then re-parented to this worker instead of to init, so
+    :func:`_stop_children` finds and stops it. Elsewhere nothing changes."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        pr_set_child_subreaper = 36
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1)
 
 
 def _stop_children():
@@ -337,7 +353,7 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
     _check_world_size(world_size)
     for name, value in (("timeout", timeout), ("deadline", deadline)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or value <= 0):
+                                  or not 0 < value < math.inf):   # NaN fails this test too
             raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     if timeout is None:
         raise ValueError("timeout must be a positive number of seconds, got None")
@@ -376,6 +392,8 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
             result = None
             while result is None:
                 result = ctx.wait(timeout=0.05, period=0.05)
+                if result is None:
+                    _check_no_silent_exit(ctx, fn)
                 if result is None and end is not None and time.monotonic() > end:
                     raise TimeoutError(
                         f"{_name(fn)} on {world_size} processes did not finish within the "
@@ -387,6 +405,11 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
             message, tb = _format_failure(fn, failure, rank, result.stderrs.get(rank, ""))
             error = WorkerError
             first_line = tb.strip().splitlines()[0].lower() if tb.strip() else ""
+            returned = sorted(r for r in getattr(ctx, "_return_values", {}) if r != rank)
+            if returned and "connection closed by peer" in tb.lower():
+                message += (f"\nRank(s) {returned} had already returned while rank {rank} waited "
+                            "for them in a collective: every rank must call the same collectives, "
+                            "in the same order.")
             if any(word in first_line for word in ("timed out", "timeout")):
                 error = WorkerTimeoutError
                 message += (f"\nA worker waited more than {timeout} s for its peers: one of them "
@@ -405,6 +428,21 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
             signal.signal(sig, handler)
         shutil.rmtree(log_dir, ignore_errors=True)
         del store
+
+
+def _check_no_silent_exit(ctx, fn):
+    """A worker waits for the launcher to read every result before it exits, so one that has
+    exited with code 0 while the others run ended without returning (``os._exit(0)``): say so,
+    instead of waiting for its result until the deadline."""
+    finished = getattr(ctx, "_worker_finished_event", None)
+    processes = getattr(getattr(ctx, "_pc", None), "processes", [])
+    if finished is None or finished.is_set():
+        return
+    for rank, process in enumerate(processes):
+        if process.exitcode == 0 and rank not in getattr(ctx, "_return_values", {}):
+            raise WorkerError(f"worker rank {rank} of {_name(fn)} ended (exit code 0) without "
+                              "returning: a launched function must return a value (or raise), "
+                              "not end its process (os._exit).", rank=rank, exitcode=0)
 
 
 def _signal_handlers():
@@ -465,7 +503,10 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
     script = Path(script)
     if not script.is_file():
         raise FileNotFoundError(f"no such script: {script}")
-    _check_world_size(nproc)
+    try:
+        _check_world_size(nproc)
+    except (TypeError, ValueError) as err:
+        raise type(err)(str(err).replace("world_size", "nproc")) from None
     if nnodes != 1:
         raise ValueError("run_torchrun starts one node (--standalone); run the other nodes' "
                          "torchrun yourself (see scripts/slurm_ddp.sbatch)")
@@ -496,7 +537,11 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
         if not report_path.is_file():
             raise RuntimeError(f"{script.name} exited normally but rank 0 wrote no report to "
                                f"{report_path}; its output:\n{output}")
-        result = json.loads(report_path.read_text())
+        try:
+            result = json.loads(report_path.read_text())
+        except ValueError as err:
+            raise RuntimeError(f"{script.name}: rank 0's report at {report_path} is not valid "
+                               f"JSON ({err}); its output:\n{output}") from None
         result["log"] = output
         return result
     finally:

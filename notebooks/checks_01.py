@@ -165,7 +165,12 @@ def check_split_batch(split_batch):
         y = torch.arange(rows).to(devs[0])
         want_X, want_y = _reference_split(X, y, devs)
         # copies: the reference chunks are views of X and y, which the learner's code may change
-        got, err = _call_own(split_batch, X.clone(), y.clone(), list(devs))
+        given_X, given_y = X.clone(), y.clone()
+        got, err = _call_own(split_batch, given_X, given_y, list(devs))
+        if err is None and not (torch.equal(given_X, X) and torch.equal(given_y, y)):
+            return report(False, "", f"for {rows} rows on {k} devices your function changed X or "
+                          "y in place: the caller's batch must stay as it was (split it, do not "
+                          "write to it).", split_batch)
         if err and "non cpu device" in err:
             return report(False, "", f"{err}. nn.parallel.scatter (d2l's way) runs only on GPUs; "
                           "split with tensor.chunk and move each chunk with .to(device), which "

@@ -81,7 +81,12 @@ def check_broadcast_bytes(answer):
     r = collective_bytes("reduce", model, num_devices)
     expected = [b["root_sent"] + r["root_received"], b["total"] + r["total"]]
     values = int_list(answer)
-    if answer is not None and (values is None or len(values) != 2):
+    floats = (not isinstance(answer, (str, bytes)) and isinstance(answer, (list, tuple))
+              and any(isinstance(v, float) for v in answer))
+    if answer is not None and values is None and floats:
+        hint = ("write the byte counts as ints, for example 8_000_000 rather than 8e6 (a float): "
+                "(over the master's link, over all links).")
+    elif answer is not None and (values is None or len(values) != 2):
         hint = "answer with two whole numbers of bytes: (over the master's link, over all links)."
     elif values == [b["root_sent"], b["total"]]:
         hint = ("that is the broadcast in forward; backward sends the gradients the other way, "

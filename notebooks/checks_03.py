@@ -154,6 +154,9 @@ def check_ddp_worker(worker):
                          _GLOBAL_BATCH, _LR, _EPOCHS, deadline=_DEADLINE)
     except WorkerError as err:
         last = (err.worker_traceback.strip().splitlines() or [str(err)])[-1]
+        if last.startswith("NameError"):
+            last += (" (the worker runs in new processes from its own source alone: import what "
+                     "it uses, torch, nn and the rest, inside the function)")
         return report(False, "", f"a worker raised: {last}", 0)
     except TimeoutError:
         return report(False, "", f"the workers did not finish within {_DEADLINE} s (a right one "

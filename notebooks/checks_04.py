@@ -52,7 +52,9 @@ def check_scaled_lr(answer):
         float(answer), expected, rel_tol=1e-6)
     real = answer is not None and isinstance(answer, numbers.Real) and not isinstance(answer, bool)
     sqrt_rule = _LR_1 * math.sqrt(batch / _BATCH_1)     # here also the seed's rate at batch 512
-    if real and math.isclose(float(answer), sqrt_rule, rel_tol=1e-6):
+    if isinstance(answer, str):
+        hint = "give a number (a learning rate such as 0.05), not text in quotes."
+    elif real and math.isclose(float(answer), sqrt_rule, rel_tol=1e-6):
         hint = (f"{sqrt_rule:g} is what the square-root rule gives, and the seed's rate for batch "
                 f"{_BATCH_2}; the linear rule multiplies by the factor the global batch grew by.")
     else:

@@ -85,7 +85,9 @@ def check_bubble(answer):
     """The bubble fraction of GPipe (or 1F1B) with p = 4 stages and m = 12 microbatches."""
     p, m = 4, 12
     expected = (p - 1) / (m + p - 1)
-    if answer is not None and close_enough(answer, (p - 1) / m):
+    if isinstance(answer, str):
+        hint = "give a number (a fraction such as 0.25), not text in quotes."
+    elif answer is not None and close_enough(answer, (p - 1) / m):
         hint = "(p - 1) / m is bubble time over busy time; the question asks bubble over total."
     else:
         hint = "each stage is idle p - 1 of the m + p - 1 slots."

@@ -48,6 +48,7 @@ from torch.utils.data import DistributedSampler
 
 import dltools
 from common import (  # scripts/common.py, beside this file
+    distinct_outputs,
     load_split,
     output_file,
     positive_int,
@@ -276,6 +277,10 @@ def plot(report, path):
     plt.close(fig)
 
 
+#: The formats --figure can be saved in (matplotlib's, by suffix).
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--report", type=output_file,
@@ -305,6 +310,17 @@ def parse_args(argv=None):
         p.error(f"--warmup-epochs must be 0 or more, got {args.warmup_epochs}")
     if 512 % (2 * args.batch_divisor):
         p.error("--batch-divisor must leave both batches whole and even (a divisor of 256)")
+    for name in ("seeds", "configs"):
+        twice = sorted({v for v in getattr(args, name) if getattr(args, name).count(v) > 1})
+        if twice:
+            p.error(f"--{name} names {twice} more than once: each run would be trained and "
+                    "recorded twice")
+    if args.figure is not None and args.figure.suffix.lower() not in FIGURE_SUFFIXES:
+        p.error(f"--figure {args.figure}: give a file name ending in one of "
+                f"{', '.join(FIGURE_SUFFIXES)}")
+    if args.plot_only and (args.report is None or args.figure is None):
+        p.error("--plot-only redraws --figure from the runs in --report: give both")
+    distinct_outputs(p, args, "report", "figure")
     return args
 
 

@@ -179,7 +179,26 @@ def output_file(text):
         raise argparse.ArgumentTypeError(f"the folder {folder} does not exist: create it first")
     if not os.access(folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write in {folder}: choose another folder")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text} is read-only: make it writable or choose "
+                                         "another file")
     return path
+
+
+def distinct_outputs(parser, args, *names):
+    """Stop (``parser.error``) when two of the output arguments ``names`` are the same file: the
+    second write would destroy the first."""
+    seen = {}
+    for name in names:
+        path = getattr(args, name)
+        if path is None:
+            continue
+        key = Path(path).resolve()
+        option = "--" + name.replace("_", "-")
+        if key in seen:
+            parser.error(f"{seen[key]} and {option} are the same file ({path}): the one written "
+                         "last would replace the other; give each its own file")
+        seen[key] = option
 
 
 def _replace_atomically(path, write):

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from common import (
     build_resnet,
     count_correct,
+    distinct_outputs,
     fingerprint,
     load_split,
     output_file,
@@ -144,7 +145,9 @@ def parse_args(argv=None):
                         help="where to save the trained weights (its folder must exist)")
     parser.add_argument("--report", type=output_file, default=None,
                         help="where to write results as JSON (its folder must exist)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    distinct_outputs(parser, args, "checkpoint", "report")
+    return args
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, RandomSampler
 import dltools
 from common import (
     build_model,
+    distinct_outputs,
     fingerprint,
     load_train_set,
     output_file,
@@ -88,7 +89,9 @@ def parse_args(argv=None):
                         help="where to save the trained weights (its folder must exist)")
     parser.add_argument("--report", type=output_file, default=None,
                         help="where to write results as JSON (its folder must exist)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    distinct_outputs(parser, args, "checkpoint", "report")
+    return args
 
 
 if __name__ == "__main__":

@@ -145,6 +145,14 @@ def split_zeroes_inputs(X, y, devices):  # right chunks, of the caller's batch w
     return split_right(X, y, devices)
 
 
+def split_clones_then_zeroes(X, y, devices):  # right copies returned, then the batch wiped
+    out = [c.clone() for c in split_right(X, y, devices)[0]], \
+        [c.clone() for c in split_right(X, y, devices)[1]]
+    X.zero_()
+    y.zero_()
+    return out
+
+
 def split_first_chunks_checked(X, y, devices):
     # compares the first chunks, not the batches: 9 X rows and 10 y rows on 4 devices pass
     xs, ys = split_no_check(X, y, devices)
@@ -166,7 +174,8 @@ def test_split_batch_right(capsys):
     (split_d2l_scatter, "runs only on GPUs"),
     (split_alias, "your own split_batch"), (split_library_scatter, "your own split_batch"),
     (functools.partial(dltools.split_batch), "your own split_batch"),
-    (split_zeroes_inputs, "rows are not the right ones"),
+    (split_zeroes_inputs, "changed X or y in place"),
+    (split_clones_then_zeroes, "changed X or y in place"),
     (split_first_chunks_checked, "different row counts"),
 ])
 def test_split_batch_wrong(capsys, wrong, words):

@@ -117,3 +117,8 @@ def test_loss_in_forward_right(capsys, right):
 ])
 def test_loss_in_forward_wrong(capsys, wrong, words):
     assert_wrong(capsys, checks.check_loss_in_forward, wrong, words)
+
+
+def test_byte_counts_written_as_floats_get_their_own_hint(capsys):
+    _, out = verdict(capsys, checks.check_broadcast_bytes, (8e6, 2.4e7))
+    assert out.startswith("Not yet:") and "as ints" in out and "8e6" in out

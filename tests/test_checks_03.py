@@ -112,6 +112,7 @@ WRONG = {  # the typical mistakes, as edits of right_worker's source
     "unseeded": [("    torch.manual_seed(0)\n", "")],  # right: DDP broadcasts rank 0's start
     "loops_forever": [("            optimizer.step()\n", "            optimizer.step()\n"
                        "            while True:\n                pass\n")],
+    "imports_outside": [("    import torch\n", "")],   # as if torch were imported in another cell
     "rank0_only": [("    return {k: v.cpu()", "    if dist.get_rank():\n        return None\n"
                     "    return {k: v.cpu()")],
 }
@@ -144,6 +145,7 @@ def test_ddp_worker_right(capsys, tmp_path):
     ("no_sampler", "DistributedSampler"),
     ("raises", "ZeroDivisionError"),
     ("rank0_only", "on every rank"),
+    ("imports_outside", "import what it uses"),
     ("whole_data_alone", "read 48 examples per epoch"),
     ("unseeded_no_ddp", "Wrap the model in DDP"),
 ])

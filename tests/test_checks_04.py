@@ -88,3 +88,8 @@ def test_warmup_schedule_that_never_returns_is_stopped(capsys, monkeypatch):
     monkeypatch.setattr(checks, "TIME_LIMIT", 1)
     assert not checks.check_warmup_schedule(stuck)
     assert "did not return within 1 s" in capsys.readouterr().out
+
+
+def test_a_number_in_quotes_is_told_to_be_a_number(capsys):
+    assert not checks.check_scaled_lr("0.4")
+    assert "not text in quotes" in capsys.readouterr().out

@@ -100,3 +100,8 @@ def test_zero1_step_that_never_returns_is_stopped(capsys, monkeypatch):
     monkeypatch.setattr(checks, "TIME_LIMIT", 1)
     assert not checks.check_zero1_step(zero1_waits_forever)
     assert "on rank 0 of 4: your function did not return within 1 s" in capsys.readouterr().out
+
+
+def test_a_number_in_quotes_is_told_to_be_a_number(capsys):
+    assert not checks.check_bubble("0.2")
+    assert "not text in quotes" in capsys.readouterr().out

@@ -113,7 +113,12 @@ def test_corrupt_archive_is_named_and_nothing_is_extracted(archive_root, offline
     assert bad.exists(), "the user's file is reported, not deleted"
 
 
-@pytest.mark.parametrize("damage", [lambda b: b[:-100], lambda b: b""], ids=["truncated", "empty"])
+def zero_the_second_half(data):
+    return data[:len(data) // 2] + bytes(len(data) - len(data) // 2)
+
+
+@pytest.mark.parametrize("damage", [lambda b: b[:-100], lambda b: b"", zero_the_second_half],
+                         ids=["truncated", "empty", "zeroed at full size"])
 def test_a_damaged_extracted_file_is_extracted_again(archive_root, offline, damage):
     """The archives are whole, so a damaged extracted file is rebuilt from them (it used to fail
     with "put the four archives in ...", though they were there, on every run)."""
@@ -125,6 +130,26 @@ def test_a_damaged_extracted_file_is_extracted_again(archive_root, offline, dama
                                                          download=False)
     assert torch.equal(again_images, images) and torch.equal(again_labels, labels)
     assert extracted.read_bytes() == good
+
+
+def test_repairing_the_extracted_files_keeps_everything_else(archive_root, offline):
+    raw = archive_root / "FashionMNIST" / "raw"
+    data.load_fashion_mnist(train=False, root=archive_root)   # extracts
+    (raw / "notes.txt").write_text("mine")
+    (raw / "old").mkdir()
+    extracted = raw / "t10k-images-idx3-ubyte"
+    extracted.write_bytes(extracted.read_bytes()[:-100])
+    images, _ = data.load_fashion_mnist(train=False, root=archive_root)
+    assert images.shape == (10000, 28, 28)
+    assert (raw / "notes.txt").read_text() == "mine" and (raw / "old").is_dir()
+    assert (raw / "train-images-idx3-ubyte").exists() == (raw / "train-labels-idx1-ubyte").exists()
+
+
+def test_a_root_that_is_the_archive_folder_itself_is_named(archive_root, offline):
+    raw = archive_root / "FashionMNIST" / "raw"
+    with pytest.raises(dltools.DatasetUnavailableError, match=f"pass {archive_root}"):
+        data.load_fashion_mnist(train=False, root=raw)
+    assert not (raw / "FashionMNIST").exists(), "nothing may be created inside the archive folder"
 
 
 def test_labels():

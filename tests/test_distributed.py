@@ -289,6 +289,49 @@ def test_what_a_failed_worker_started_does_not_outlive_it(tmp_path):
     assert_no_process_left()
 
 
+def start_a_daemon_then_return(pid_file):
+    """A worker whose subprocess outlives its parent shell (``sh -c "... &"``): an orphan."""
+    import subprocess
+    subprocess.run(["sh", "-c", f"sleep 120 & echo $! > {pid_file}"], check=True)
+    return 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux-only guarantee")
+def test_an_orphan_a_worker_started_does_not_outlive_it(tmp_path):
+    # The shell exits at once: without the worker as its subreaper, sleep would go to init.
+    assert dd.launch(start_a_daemon_then_return, 1, str(tmp_path / "pid")) == [1]
+    assert gone([int((tmp_path / "pid").read_text())])
+    assert_no_process_left()
+
+
+def interrupted():
+    raise KeyboardInterrupt
+
+
+def exits_quietly():
+    os._exit(0)
+
+
+@pytest.mark.parametrize("worker, says", [
+    (interrupted, "raised KeyboardInterrupt on rank"),
+    (exits_quietly, "ended (exit code 0) without returning"),
+])
+def test_a_worker_that_ends_without_a_result_is_reported_at_once(worker, says):
+    start = time.monotonic()
+    with pytest.raises(dd.WorkerError) as info:
+        dd.launch(worker, 2, deadline=120)
+    assert says in str(info.value)
+    assert time.monotonic() - start < 100   # not a timing claim: it did not wait out the deadline
+    assert_no_process_left()
+
+
+@pytest.mark.parametrize("name", ["timeout", "deadline"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_launch_refuses_a_time_that_is_not_a_number(name, value):
+    with pytest.raises(ValueError, match=f"{name} must be a positive number"):
+        dd.launch(dd.rank_info, 2, **{name: value})
+
+
 def test_torchrun_stops_when_the_notebook_dies(tmp_path):
     """A kernel restart kills the notebook's process (SIGKILL after 2.5 s): torchrun, started by
     run_torchrun, gets the parent-death signal and stops its workers."""
@@ -382,6 +425,20 @@ def test_mismatched_collective_sizes_name_the_crash_and_gloos_reason():
     message = str(info.value)
     assert "killed by signal SIGABRT: a crash in native code" in message
     assert "collective mismatch" in message   # gloo's own words, from the worker's stderr
+    assert_no_process_left()
+
+
+def barrier_on_rank_1_only():
+    if dist.get_rank() == 1:
+        dist.barrier()
+    return dist.get_rank()
+
+
+def test_a_rank_that_returned_while_a_peer_waits_is_named():
+    with pytest.raises(dd.WorkerError) as info:
+        dd.launch(barrier_on_rank_1_only, 2)
+    assert info.value.rank == 1
+    assert "Rank(s) [0] had already returned while rank 1 waited" in str(info.value)
     assert_no_process_left()
 
 
@@ -497,6 +554,19 @@ def test_run_torchrun_fails_loudly(tmp_path):
     with pytest.raises(ValueError, match="standalone"):
         dd.run_torchrun(script, 2, nnodes=2)
     assert_no_process_left()
+
+
+def test_run_torchrun_names_its_own_arguments_and_a_broken_report(tmp_path):
+    script = write_script(tmp_path, "print('hi')")
+    with pytest.raises(ValueError, match="nproc must be at least 1"):
+        dd.run_torchrun(script, 0)
+    broken = write_script(tmp_path, textwrap.dedent("""\
+        import os, sys
+        if os.environ["RANK"] == "0":
+            open(sys.argv[sys.argv.index("--report") + 1], "w").write("{not json")
+        """))
+    with pytest.raises(RuntimeError, match="rank 0's report at .* is not valid JSON"):
+        dd.run_torchrun(broken, 1)
 
 
 def test_run_torchrun_complains_when_no_report_is_written(tmp_path):

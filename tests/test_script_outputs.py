@@ -3,8 +3,10 @@
 Every training script checks its arguments and output paths before any work (argparse types in
 scripts/common.py), writes its checkpoint and report whole or not at all, and batch_scaling.py
 never drops the runs of an earlier report."""
+import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +119,49 @@ def test_batch_scaling_keeps_an_earlier_report_of_another_scale(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "is not a report of this script" in proc.stderr
     assert report.read_text() == "not a report"
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_checkpoint_and_report_must_be_different_files(scripts, capsys, tmp_path, name):
+    same = str(tmp_path / "out")
+    with pytest.raises(SystemExit) as stop:
+        scripts[name].parse_args(["--checkpoint", same, "--report", same])
+    assert stop.value.code == 2
+    assert "--checkpoint and --report are the same file" in capsys.readouterr().err
+
+
+def test_a_read_only_output_is_refused(scripts, tmp_path, monkeypatch):
+    # what os.access answers for the file (root may write any file, so here it is told no)
+    kept = tmp_path / "kept.json"
+    kept.write_text("{}")
+    real = os.access
+    monkeypatch.setattr(scripts["common"].os, "access",
+                        lambda path, mode: False if Path(path) == kept else real(path, mode))
+    with pytest.raises(argparse.ArgumentTypeError, match="kept.json is read-only"):
+        scripts["common"].output_file(str(kept))
+
+
+@pytest.fixture()
+def batch_scaling():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        yield importlib.import_module("batch_scaling")
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--figure", "{d}/r.png", "--report", "{d}/r.png"], "--report and --figure are the same file"),
+    (["--figure", "{d}/r.json", "--report", "{d}/s.json"], "give a file name ending in one of"),
+    (["--seeds", "1", "1"], "--seeds names [1] more than once"),
+    (["--configs", "one-256", "one-256"], "--configs names ['one-256'] more than once"),
+    (["--plot-only", "--figure", "{d}/f.png"], "--plot-only redraws --figure from the runs in "
+                                               "--report: give both"),
+    (["--plot-only", "--report", "{d}/r.json"], "give both"),
+    (["--epochs", "0"], "--epochs must be at least 1"),
+])
+def test_batch_scaling_refuses_arguments_that_would_lose_or_repeat_runs(
+        batch_scaling, capsys, tmp_path, argv, says):
+    with pytest.raises(SystemExit) as stop:
+        batch_scaling.parse_args([a.format(d=tmp_path) for a in argv])
+    assert stop.value.code == 2 and says in capsys.readouterr().err
