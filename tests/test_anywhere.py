@@ -1,7 +1,9 @@
 """The notebooks run anywhere a learner is (Colab, Kaggle, any folder), not only in notebooks/ of a
 checkout: tools/notebook_setup.py gives each one its set-up cell, badges and attached figures."""
+import os
 import shutil
 import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -112,3 +114,18 @@ def test_notebooks_run_from_an_empty_folder(tmp_path, monkeypatch):
         files = "".join(o.get("text", "") for o in nb.cells[-1].outputs).split()
         assert files == [str(clone / "dltools" / "__init__.py")] * 2, files
     assert (clone / "scripts" / "train_ddp.py").is_file()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("", "Run %env DP_COURSE_REPO=<the course's git URL> in a cell, then this one."),
+    ("/no/such/repository", "Could not clone /no/such/repository: check it (on Kaggle, turn on "
+                            "Internet)."),
+])
+def test_the_set_up_cell_says_what_to_do_when_it_cannot_fetch_the_course(tmp_path, url, says):
+    # As on Colab: an empty folder, no copy of the course above it, dltools importable or not.
+    env = {k: v for k, v in os.environ.items() if k != "DP_COURSE_REPO"}
+    code = notebook_setup.setup_source(url)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip().endswith(says), proc.stderr
+    assert not (tmp_path / "dp-course").exists()

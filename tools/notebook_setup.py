@@ -27,8 +27,7 @@ KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
 IMAGE_LINK = re.compile(r"\]\((?:\.\./images/|attachment:)([\w.-]+\.png)\)")
 
 SETUP_CELL = '''\
-# Set-up. In a copy of the course this only puts that copy first on the path. Elsewhere (Colab,
-# Kaggle) it fetches the course beside this notebook and installs it, keeping a new enough torch.
+# Set-up: in a copy of the course, puts it first on the path; elsewhere, fetches and installs it.
 import importlib.util
 import os
 import subprocess
@@ -40,10 +39,11 @@ root = next((p for p in (Path.cwd(), *Path.cwd().parents)
              if (p / "dltools" / "paths.py").is_file() and (p / "notebooks").is_dir()), None)
 if root is None:
     root = Path.cwd() / "dp-course"
-    if not root.is_dir():
-        if not COURSE_GIT:
-            raise SystemExit("Set DP_COURSE_REPO to the course's git URL and run this cell again.")
-        subprocess.run(["git", "clone", "--quiet", "--depth=1", COURSE_GIT, str(root)], check=True)
+    if not root.is_dir() and not COURSE_GIT:
+        raise SystemExit("Run %env DP_COURSE_REPO=<the course's git URL> in a cell, then this one.")
+    clone = ["git", "clone", "--quiet", "--depth=1", COURSE_GIT, str(root)]
+    if not root.is_dir() and subprocess.run(clone).returncode:
+        raise SystemExit(f"Could not clone {{COURSE_GIT}}: check it (on Kaggle, turn on Internet).")
     if importlib.util.find_spec("dltools") is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", str(root)], check=True)
     print(f"The course is set up in {{root}}.")
