@@ -27,10 +27,13 @@ from .data import (
     synthetic_data,
 )
 from .devices import (
+    DEVICE_TYPES,
     cpu,
+    ddp_world,
     device_report,
     gpu,
     num_gpus,
+    pick_device,
     replica_devices,
     try_all_gpus,
     try_gpu,

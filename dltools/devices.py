@@ -19,12 +19,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-__all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "replica_devices", "rank_device",
-           "backend_for", "device_report", "CPU_REPLICAS"]
+__all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "replica_devices", "pick_device",
+           "ddp_world", "rank_device", "backend_for", "device_report", "CPU_REPLICAS",
+           "DEVICE_TYPES"]
 
 #: Replicas the notebooks' DataParallel demos use on a machine with fewer than 2 GPUs: three, so
 #: that a batch splits unevenly and each replica's share shows.
 CPU_REPLICAS = 3
+
+#: What a script's ``--device`` accepts: ``auto`` (the rule of :func:`try_gpu` for one process,
+#: :func:`rank_device` for a rank), or one kind of device for every process.
+DEVICE_TYPES = ("auto", "cpu", "cuda")
 
 
 def cpu():
@@ -106,7 +111,43 @@ def replica_devices(k=None):
     return [gpu(i) for i in range(k)] if num_gpus() >= k else [cpu()] * k
 
 
-def rank_device():
+def _check_device_type(device_type):
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"device_type must be one of {', '.join(DEVICE_TYPES)}, got "
+                         f"{device_type!r}")
+
+
+def pick_device(device_type="auto"):
+    """One process's device: ``auto`` is :func:`try_gpu` (GPU 0, else the CPU), ``cpu`` the CPU,
+    ``cuda`` GPU 0 (an error without one, rather than a silent CPU run).
+
+    >>> pick_device("cpu")
+    device(type='cpu')
+    """
+    _check_device_type(device_type)
+    if device_type == "cpu":
+        return cpu()
+    if device_type == "cuda" and not num_gpus():
+        raise RuntimeError("device 'cuda' asked for, but PyTorch sees no GPU here: use 'auto' or "
+                           "'cpu'")
+    return try_gpu()
+
+
+def ddp_world():
+    """How the course's DDP runs are laid out: ``(processes, device type)``. One process per GPU
+    on a machine with 2 or more, else 2 processes on the CPU (one GPU is not shared by two ranks:
+    see :func:`rank_device`). Run a one-process reference with the same device type, so that the
+    two runs compare like with like.
+
+    >>> nproc, device_type = ddp_world()
+    >>> nproc >= 2 and device_type in ("cpu", "cuda")
+    True
+    """
+    n = num_gpus()
+    return (n, "cuda") if n >= 2 else (2, "cpu")
+
+
+def rank_device(device_type="auto"):
     """This rank's device: ``cuda:LOCAL_RANK`` when there is a GPU per local process, else the CPU.
 
     ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` come from the environment (torchrun and
@@ -114,6 +155,8 @@ def rank_device():
     current CUDA device, as ``torch.cuda.set_device`` does. With fewer GPUs than local processes
     (say 1 GPU and 2 processes) every rank uses the CPU, with a warning: two ranks of an NCCL group
     cannot share a GPU, and mixing GPU and CPU ranks would give each rank a different backend.
+    ``device_type="cpu"`` puts every rank on the CPU without a warning; ``"cuda"`` raises rather
+    than fall back.
 
     >>> cuda = torch.cuda.is_available()   # outside a launcher: LOCAL_RANK 0 of 1
     >>> rank_device() == (torch.device('cuda', 0) if cuda else torch.device('cpu'))
@@ -124,6 +167,13 @@ def rank_device():
     if not 0 <= local_rank < local_world_size:
         raise ValueError(f"LOCAL_RANK={local_rank} must be in [0, LOCAL_WORLD_SIZE="
                          f"{local_world_size})")
+    _check_device_type(device_type)
+    if device_type == "cpu":
+        return cpu()
+    if device_type == "cuda" and num_gpus() < local_world_size:
+        raise RuntimeError(f"device 'cuda' asked for: {num_gpus()} GPU(s) for {local_world_size} "
+                           "processes on this node, and two ranks cannot share a GPU. Start one "
+                           "process per GPU, or use 'auto' or 'cpu'.")
     if num_gpus() >= local_world_size:
         device = gpu(local_rank)
         torch.cuda.set_device(device)

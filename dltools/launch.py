@@ -76,15 +76,15 @@ class TorchrunError(subprocess.CalledProcessError):
 # ------------------------------------------------------------------ the process group
 
 
-def setup_process_group(**init_kwargs):
-    """Pick this rank's device (:func:`rank_device`) and join the default process group with the
-    backend that goes with it (:func:`backend_for`); return the device.
+def setup_process_group(device_type="auto", **init_kwargs):
+    """Pick this rank's device (:func:`rank_device`, given ``device_type``) and join the default
+    process group with the backend that goes with it (:func:`backend_for`); return the device.
 
     ``init_kwargs`` go to ``dist.init_process_group`` (``store``, ``rank``, ``world_size``,
     ``timeout``); without them it reads torchrun's environment variables. On a GPU the group is
     bound to the rank's device (``device_id``), so ``barrier`` uses that GPU, not ``cuda:0``.
     """
-    device = rank_device()
+    device = rank_device(device_type)
     device_id = device if device.type == "cuda" else None
     dist.init_process_group(backend_for(device), device_id=device_id, **init_kwargs)
     return device

@@ -21,7 +21,7 @@ import dltools
 from dltools.distributed import setup_process_group
 
 
-def setup_ddp():
+def setup_ddp(device_type="auto"):
     """Join the process group torchrun describes in the environment; return this process's device.
 
     The rule, the same for every script and worker (``dltools.distributed.setup_process_group``):
@@ -29,14 +29,28 @@ def setup_ddp():
     so that a bare ``"cuda"`` means this rank's GPU; the group is bound to it with ``device_id=``,
     which ``barrier`` uses, and object collectives go through its gloo half), else the CPU; the
     group has gloo for CPU tensors and NCCL for CUDA tensors. Every tensor a script puts into a
-    collective is on this device.
+    collective is on this device. ``device_type`` ``"cpu"`` or ``"cuda"`` asks for one kind.
     """
     if "RANK" not in os.environ or "LOCAL_RANK" not in os.environ:
         script = os.path.basename(sys.argv[0]) or "this script"
         raise SystemExit(f"{script} runs one process per device: launch it with torchrun, e.g.\n"
                          f"  python -m torch.distributed.run --standalone --nproc_per_node=2 "
                          f"scripts/{script}")
-    return setup_process_group()
+    return setup_process_group(device_type)
+
+
+def full_float32():
+    """Run float32 convolutions on a GPU in full float32, as on a CPU.
+
+    cuDNN's default for float32 convolutions is TF32 (``torch.backends.cudnn.conv.fp32_precision``
+    is ``"tf32"``): their inputs are rounded to 10 mantissa bits. Two runs that split the batch
+    differently would then drift apart far more than float32 rounding allows, and the twin
+    scripts' agreement to 1e-5 (notebook 03) would not hold on GPUs: on an H200, one batch of 96
+    against two halves ended 6.5e-4 apart with TF32 and 1.5e-8 apart in full float32
+    (benchmarks/bench_float32_agreement.py, results/float32_agreement_h200.md). Matrix products are
+    full float32 by default already. Nothing changes on a CPU.
+    """
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
 
 
 def teardown_ddp():

@@ -12,10 +12,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
+import dltools
 from common import (
     build_model,
     distinct_outputs,
     fingerprint,
+    full_float32,
     load_train_set,
     output_file,
     per_rank_batch_size,
@@ -76,7 +78,8 @@ class Trainer:
 
 def main(args):
     # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and LOCAL_RANK (index on this node).
-    device = setup_ddp()
+    device = setup_ddp(args.device)
+    full_float32()
     world_size = dist.get_world_size()
     torch.manual_seed(args.seed)
     model = build_model(args.width)
@@ -103,6 +106,8 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=positive_float, default=0.1)
     parser.add_argument("--width", type=positive_int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=dltools.DEVICE_TYPES, default="auto",
+                        help="auto: the GPU(s) when there are enough, else the CPU")
     parser.add_argument("--checkpoint", type=output_file, default=None,
                         help="where to save the trained weights (its folder must exist)")
     parser.add_argument("--report", type=output_file, default=None,

@@ -14,6 +14,7 @@ from common import (
     build_model,
     distinct_outputs,
     fingerprint,
+    full_float32,
     load_train_set,
     output_file,
     positive_float,
@@ -65,7 +66,8 @@ class Trainer:
 
 
 def main(args):
-    device = dltools.try_gpu()
+    device = dltools.pick_device(args.device)
+    full_float32()
     torch.manual_seed(args.seed)
     model = build_model(args.width)
     dataset = load_train_set(args.num_train)
@@ -73,6 +75,7 @@ def main(args):
     losses, seconds = trainer.train(args.epochs, args.checkpoint)
     steps = args.epochs * len(trainer.loader)
     write_report(args.report, world_size=1, losses=losses, fingerprints=[fingerprint(model)],
+                 device_type=device.type,
                  seconds=seconds, sec_per_step=seconds / steps,
                  examples_per_sec=args.epochs * len(dataset) / seconds)
 
@@ -85,6 +88,8 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=positive_float, default=0.1)
     parser.add_argument("--width", type=positive_int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=dltools.DEVICE_TYPES, default="auto",
+                        help="auto: the GPU(s) when there are enough, else the CPU")
     parser.add_argument("--checkpoint", type=output_file, default=None,
                         help="where to save the trained weights (its folder must exist)")
     parser.add_argument("--report", type=output_file, default=None,

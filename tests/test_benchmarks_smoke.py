@@ -155,3 +155,11 @@ def test_dp_step_model_counts_each_term_once():
     assert gpus == pytest.approx({"compute": 0.1, "replicate": 0.02, "transfers": 0.01})
     cpus = bench_dp_step.predict(m, 4, parallel_devices=False)
     assert cpus["compute"] == pytest.approx(0.4)   # CPU replicas share the cores
+
+
+def test_bench_float32_agreement(tmp_path):
+    out = run_script("bench_float32_agreement.py", tmp_path)
+    (headers, rows), = tables(out)
+    assert headers[2] == "max abs parameter difference"
+    assert rows[0][:2] == ["cpu, float32", "batch of 96 vs two halves"]
+    assert all(number(r[2]) >= 0 and r[3] in ("yes", "no") for r in rows)

@@ -115,3 +115,25 @@ def test_device_report_honours_cuda_visible_devices():
     assert out == ["''", "0"], "hiding every GPU must leave none visible"
     out = report("3,5")
     assert out[0] == "'3,5'" and int(out[1]) <= 2
+
+
+@pytest.mark.parametrize("gpus, expected", [(0, (2, "cpu")), (1, (2, "cpu")), (2, (2, "cuda")),
+                                            (4, (4, "cuda"))])
+def test_ddp_world_is_one_process_per_gpu_or_two_on_the_cpu(monkeypatch, gpus, expected):
+    fake_gpus(monkeypatch, gpus)
+    assert dltools.ddp_world() == expected
+
+
+@pytest.mark.parametrize("gpus, device_type, expected", [
+    (0, "auto", "cpu"), (1, "auto", "cuda:0"), (3, "cpu", "cpu"), (2, "cuda", "cuda:0")])
+def test_pick_device(monkeypatch, gpus, device_type, expected):
+    fake_gpus(monkeypatch, gpus)
+    assert dltools.pick_device(device_type) == torch.device(expected)
+
+
+def test_pick_device_cuda_without_a_gpu_says_so(monkeypatch):
+    fake_gpus(monkeypatch, 0)
+    with pytest.raises(RuntimeError, match="sees no GPU"):
+        dltools.pick_device("cuda")
+    with pytest.raises(ValueError, match="auto, cpu, cuda"):
+        dltools.pick_device("GPU")

@@ -616,3 +616,34 @@ def test_run_torchrun_timeout_stops_torchrun_and_its_workers(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         dd.run_torchrun(script, 2, report=False, timeout=8)
     assert_no_process_left()
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 4])
+def test_rank_device_cpu_puts_every_rank_on_the_cpu_without_a_warning(monkeypatch, gpus):
+    current = fake_gpus(monkeypatch, gpus)
+    local(monkeypatch, 1, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dd.rank_device("cpu") == torch.device("cpu")
+    assert current == []  # no GPU made current
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_rank_device_cuda_refuses_to_fall_back(monkeypatch, gpus):
+    fake_gpus(monkeypatch, gpus)
+    local(monkeypatch, 0, 2)
+    with pytest.raises(RuntimeError, match=f"{gpus} GPU\\(s\\) for 2 processes"):
+        dd.rank_device("cuda")
+
+
+def test_rank_device_cuda_with_a_gpu_per_process(monkeypatch):
+    current = fake_gpus(monkeypatch, 2)
+    local(monkeypatch, 1, 2)
+    assert dd.rank_device("cuda") == torch.device("cuda", 1)
+    assert current == [torch.device("cuda", 1)]
+
+
+def test_rank_device_refuses_an_unknown_device_type(monkeypatch):
+    local(monkeypatch, 0, 1)
+    with pytest.raises(ValueError, match="auto, cpu, cuda"):
+        dd.rank_device("gpu")

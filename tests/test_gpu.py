@@ -140,3 +140,13 @@ def test_parallel_apply_runs_the_replicas_on_the_callers_stream():
                                        devices=devices)
     assert all(m.seen == side for m in modules)
     assert all(torch.equal(o.cpu(), torch.full((4,), 2.0)) for o in outs)
+
+
+def test_float32_training_on_a_gpu_agrees_across_batch_splits():
+    # What notebook 03 asks of DDP on 2 or more GPUs against one GPU: scripts/common.full_float32
+    # makes cuDNN's convolutions full float32, and one batch and two halves end within 1e-5.
+    out = _run([sys.executable, "benchmarks/bench_float32_agreement.py", "--no-plot"]).stdout
+    print(out)
+    rows = {line.split("|")[1].strip() + " / " + line.split("|")[2].strip(): line
+            for line in out.splitlines() if line.startswith("| cuda:0")}
+    assert rows["cuda:0, ieee / batch of 96 vs two halves"].rstrip().endswith("| yes |"), out

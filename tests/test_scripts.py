@@ -101,7 +101,7 @@ def test_ddp_script_is_a_small_diff_of_its_single_device_twin(single, ddp, most)
     assert 0 < len(changed) < most, len(changed)
     # The lines that change are DDP's, and the training loop's shape is shared.
     added = "\n".join(line for line in changed if line.startswith("+"))
-    for needed in ("setup_ddp()", "DistributedSampler(", "set_epoch(", "DDP(",
+    for needed in ("setup_ddp(", "DistributedSampler(", "set_epoch(", "DDP(",
                    "module.state_dict()", "teardown_ddp()"):
         assert needed in added, needed
     for text in ((SCRIPTS / single).read_text(), (SCRIPTS / ddp).read_text()):
