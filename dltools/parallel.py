@@ -91,7 +91,9 @@ def chunk_sizes(batch_size, num_devices):
     """Rows each device gets when a batch of ``batch_size`` is split over ``num_devices``.
 
     This is ``torch.chunk``'s rule, which ``DataParallel`` uses: chunks of ``ceil(batch/devices)``
-    rows, the last one smaller, and fewer chunks than devices when there are not enough rows.
+    rows, the last one smaller, and fewer chunks than devices whenever ``ceil(batch/devices)``-row
+    chunks run out of rows first: with fewer rows than devices, and also with more (6 rows on 4
+    devices make 3 chunks of 2, and the fourth device gets nothing).
 
     >>> chunk_sizes(30, 8)
     [4, 4, 4, 4, 4, 4, 4, 2]
@@ -99,6 +101,8 @@ def chunk_sizes(batch_size, num_devices):
     [4, 4, 2]
     >>> chunk_sizes(3, 8)        # a batch smaller than the device count: 3 replicas run
     [1, 1, 1]
+    >>> chunk_sizes(6, 4)        # more rows than devices, yet only 3 replicas run
+    [2, 2, 2]
     """
     if batch_size < 0 or num_devices < 1:
         raise ValueError(f"need batch_size >= 0 and num_devices >= 1, got {batch_size}, "

@@ -76,16 +76,16 @@ _EXERCISE_4_VARIABLE = "5,2"  # the value exercise 4 sets, as it appears in its 
 
 
 def check_dp_visible_gpus(answer):
-    """Exercise 4: (device count, physical GPU behind cuda:0)."""
+    """Exercise 4: (device count, nvidia-smi's number of the GPU behind cuda:0)."""
     listed = _cuda_numbering(_EXERCISE_4_VARIABLE)
     expected = [len(listed), listed[0]]
     values = int_list(answer)
     if answer is not None and (values is None or len(values) != 2):
-        hint = "answer with two whole numbers: (device count, physical index of cuda:0)."
+        hint = "answer with two whole numbers: (device count, nvidia-smi's number of cuda:0)."
     else:
         hint = ("the process sees only the listed GPUs, numbered from 0 in the order the variable "
                 "lists them.")
-    names = ", ".join(f"cuda:{j} is physical GPU {i}" for j, i in enumerate(listed))
+    names = ", ".join(f"cuda:{j} is nvidia-smi's GPU {i}" for j, i in enumerate(listed))
     return report(None if answer is None else values == expected,
                   f"{len(listed)} GPUs are visible, renumbered in the order listed: {names}.",
                   hint, answer)

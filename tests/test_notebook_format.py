@@ -39,8 +39,7 @@ NOT_YET = {
     # exercises: nbgrader's solution markers and separate answer and check cells come with the
     # instructor kit (issue #33)
     "00_getting_started": {"exercises"},
-    "01_dp_intro": {"title cell", "plan table", "markdown sizes", "code sizes", "nbval markers",
-                    "test machinery in prose", "exercises"},
+    "01_dp_intro": {"exercises"},
     "02_dataparallel_internals": {"title cell", "plan table", "markdown sizes", "code sizes",
                                   "nbval markers", "test machinery in prose", "exercises"},
     "03_dp_vs_ddp": {"title cell", "plan table", "markdown sizes", "code sizes", "nbval markers",
@@ -460,3 +459,35 @@ def test_a_progress_bar_at_100_percent_passes():
     nb.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout",
                                                   text="100%|##########| 72/72 [00:01]\n")]
     assert check_saved_outputs(nb) == []
+
+
+# ------------------------------------------------------------------ the core path, run alone
+
+WITH_OPTIONAL = [stem for stem in STEMS
+                 if any(kind == "optional" for _, kind, _ in sections(
+                     nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)))]
+
+
+def core_only(nb):
+    """The notebook with every optional section removed (the title cell kept)."""
+    core = nbformat.v4.new_notebook(metadata=nb.metadata)
+    core.cells = [cell for _, kind, cells in sections(nb) if kind == "core" for cell in cells]
+    return core
+
+
+def test_core_only_drops_the_optional_sections():
+    nb = notebook(("md", "# T"), ("md", "## A"), ("code", "a = 1"), ("md", "## Optional: B"),
+                  ("code", "b = a"), ("md", "## C"), ("code", "c = a"))
+    assert [c.source for c in core_only(nb).cells] == ["# T", "## A", "a = 1", "## C", "c = a"]
+
+
+@pytest.mark.parametrize("stem", WITH_OPTIONAL)
+def test_the_core_path_runs_alone(stem):
+    """COURSE_FORMAT.md: a notebook with every optional section removed runs top to bottom."""
+    from nbclient import NotebookClient
+
+    path = ROOT / "notebooks" / f"{stem}.ipynb"
+    nb = core_only(nbformat.read(path, as_version=4))
+    assert len(nb.cells) < len(nbformat.read(path, as_version=4).cells)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
