@@ -104,8 +104,8 @@ def chunk_sizes(batch_size, num_devices):
     >>> chunk_sizes(6, 4)        # more rows than devices, yet only 3 replicas run
     [2, 2, 2]
     """
-    if batch_size < 0 or num_devices < 1:
-        raise ValueError(f"need batch_size >= 0 and num_devices >= 1, got {batch_size}, "
+    if batch_size < 1 or num_devices < 1:   # an empty batch: refused, as scatter refuses it
+        raise ValueError(f"need batch_size >= 1 and num_devices >= 1, got {batch_size}, "
                          f"{num_devices}")
     return [c.shape[0] for c in torch.empty(batch_size, 0).chunk(num_devices, dim=0)]
 

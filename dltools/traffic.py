@@ -7,16 +7,19 @@ One place for the formulas, so every notebook and benchmark counts the same way.
 * :func:`dp_step_bytes` gives ``nn.DataParallel``'s traffic in one training step, phase by phase,
   for the master's link (device 0) and in total;
 * :func:`pipelined_broadcast` and :func:`pipelined_reduce` run the chain algorithms message by
-  message on real tensors and count the bytes each link carries: an independent check of the
-  formulas (and of the values the algorithms deliver).
+  message on real tensors and count the bytes each link carries: a check of the bookkeeping (the
+  bytes of real tensors, sent through a simulation of the chain, against the formulas' shapes),
+  and of the values the algorithms deliver; not a measurement of NCCL.
 
 The algorithms counted are a ring all-reduce (one of those NCCL chooses from by message size,
 device count and topology, with trees among others, so its numbers are the ring's, not a promise
 of NCCL's), and broadcast/reduce pipelined along a chain of devices, as NCCL runs them (each link
 carries the whole tensor once; the root sends or receives it once). ``nn.DataParallel``
 broadcasts parameters with ``comm.broadcast_coalesced`` and sums gradients with
-``comm.reduce_add_coalesced``, both NCCL-backed on GPUs, so its master link carries about one
-model per direction per step, while all links together carry ``k - 1`` models each way.
+``comm.reduce_add_coalesced``, which use NCCL on GPUs when PyTorch is built with it and
+``torch.cuda.nccl.is_available`` accepts the tensors (else plain copies), so its master link
+carries about one model per direction per step, while all links together carry ``k - 1`` models
+each way.
 """
 import collections
 import copy

@@ -16,6 +16,7 @@ from support.checks import assert_help_hides, assert_right, assert_unanswered, a
     (checks.check_broadcast_bytes, (8_000_000, 24_000_000)),
     (checks.check_sync_batchnorm, nn.SyncBatchNorm),
     (checks.check_sync_batchnorm, "nn.SyncBatchNorm"),
+    (checks.check_sync_batchnorm, "torch.nn.SyncBatchNorm"),
 ])
 def test_right_answers_pass(capsys, check, right):
     assert_right(capsys, check, right)
@@ -44,6 +45,8 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_sync_batchnorm, nn.BatchNorm2d),
     (checks.check_sync_batchnorm, "BatchNorm2d"),
     (checks.check_sync_batchnorm, "syncbatchnorm2d"),
+    (checks.check_sync_batchnorm, "my_lib.SyncBatchNorm"),   # only PyTorch's own class
+    (checks.check_sync_batchnorm, "apex.parallel.SyncBatchNorm"),
 ])
 def test_typical_wrong_answers_fail(capsys, check, wrong):
     assert_wrong(capsys, check, wrong)

@@ -26,7 +26,7 @@ def cpus(n):
 # ------------------------------------------------------------------ chunking and scatter
 
 
-@pytest.mark.parametrize("batch", [0, 1, 2, 7, 8, 30, 31])
+@pytest.mark.parametrize("batch", [1, 2, 6, 7, 8, 30, 31])
 @pytest.mark.parametrize("n", [1, 2, 3, 8])
 def test_chunk_sizes_follow_torch_chunk(batch, n):
     sizes = P.chunk_sizes(batch, n)
@@ -34,10 +34,18 @@ def test_chunk_sizes_follow_torch_chunk(batch, n):
     assert sum(sizes) == batch and len(sizes) <= n
 
 
-@pytest.mark.parametrize("args", [(-1, 2), (4, 0)])
+@pytest.mark.parametrize("args", [(-1, 2), (4, 0), (0, 3)])
 def test_chunk_sizes_rejects_bad_input(args):
-    with pytest.raises(ValueError, match="batch_size >= 0 and num_devices >= 1"):
+    with pytest.raises(ValueError, match="batch_size >= 1 and num_devices >= 1"):
         P.chunk_sizes(*args)
+
+
+def test_chunk_sizes_and_scatter_agree_on_an_empty_batch():
+    # torch.chunk gives one empty chunk; DataParallel's scatter refuses it, and so does the rule
+    with pytest.raises(ValueError):
+        P.scatter(torch.zeros(0, 4), ["cpu"] * 3)
+    with pytest.raises(ValueError):
+        P.chunk_sizes(0, 3)
 
 
 def test_scatter_uneven_and_small_batches():
