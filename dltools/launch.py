@@ -414,6 +414,10 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
                 error = WorkerTimeoutError
                 message += (f"\nA worker waited more than {timeout} s for its peers: one of them "
                             "is stuck, or never reached the same collective.")
+                silent = _silent_ranks(ctx, world_size, rank, returned)
+                if silent:
+                    message += (f" Rank(s) {silent} had neither returned nor raised: look there "
+                                f"first (rank {rank} only gave up waiting).")
             raise error(message, rank=rank, exitcode=failure.exitcode, worker_traceback=tb)
         return [result.return_values[r] for r in range(world_size)]
     except SignalException as err:
@@ -428,6 +432,16 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
             signal.signal(sig, handler)
         shutil.rmtree(log_dir, ignore_errors=True)
         del store
+
+
+def _silent_ranks(ctx, world_size, rank, returned):
+    """The ranks other than ``rank`` that neither returned a result nor recorded an exception:
+    after a collective's timeout, the likely stuck ones (a peer that timed out too may be among
+    them, when the launcher stopped it before it wrote its error file)."""
+    with contextlib.suppress(Exception):
+        return [r for r in range(world_size) if r != rank and r not in returned
+                and not os.path.isfile(ctx.error_files[r])]
+    return []
 
 
 def _check_no_silent_exit(ctx, fn):

@@ -501,7 +501,17 @@ def test_hung_peer_ends_in_a_timeout_error():
     assert isinstance(info.value, TimeoutError)
     assert "waited more than 5 s" in str(info.value)
     assert info.value.rank == 0  # the rank that gave up waiting
+    assert "Rank(s) [1] had neither returned nor raised" in str(info.value)  # the stuck one
     assert time.monotonic() - start < 300  # not a timing claim: only "it did not hang"
+    assert_no_process_left()
+
+
+def test_a_timeout_names_the_stuck_rank_not_only_the_one_that_gave_up():
+    with pytest.raises(dd.WorkerTimeoutError) as info:
+        dd.launch(dd.hang_on_rank, 3, 2, timeout=5)
+    assert info.value.rank in (0, 1)
+    assert "had neither returned nor raised" in str(info.value)
+    assert "2]" in str(info.value).split("had neither returned")[0]  # rank 2 is named
     assert_no_process_left()
 
 
