@@ -10,12 +10,13 @@ import os
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 __all__ = ["FASHION_MNIST_ARCHIVES", "FASHION_MNIST_LABELS", "data_root", "load_fashion_mnist",
-           "load_data_fashion_mnist", "get_fashion_mnist_labels", "TensorBatchIterator",
-           "DatasetUnavailableError", "synthetic_data", "load_array", "regression_data",
-           "classification_data", "RandomDataset"]
+           "load_fashion_mnist_distributed", "load_data_fashion_mnist", "get_fashion_mnist_labels",
+           "TensorBatchIterator", "DatasetUnavailableError", "synthetic_data", "load_array",
+           "regression_data", "classification_data", "RandomDataset"]
 
 #: The four official archives and the MD5 sums torchvision checks.
 FASHION_MNIST_ARCHIVES = {
@@ -148,6 +149,56 @@ def load_fashion_mnist(train=True, root=None, download=True):
             f"Fashion-MNIST ({'train' if train else 'test'}) is not available: {err}\n"
             + _help_text(raw)) from err
     return images, labels.long()
+
+
+def load_fashion_mnist_distributed(train=True, root=None):
+    """:func:`load_fashion_mnist` for every rank of a process group, one writer per data folder.
+
+    Inside a process group the ranks take two turns. First global rank 0 downloads, verifies and
+    extracts the files; then the rank with ``LOCAL_RANK`` 0 on each other node does, for the
+    node's own disk (on a file system the nodes share, it finds the files ready and only reads
+    them). Every other rank waits, then reads the prepared files with ``download=False``. So no
+    two processes write into one folder at once, and no rank reads, or cleans up as half-written,
+    a file that another is still writing. Without ``LOCAL_RANK`` in the environment a rank is
+    taken to be its own local rank (one machine). Without a process group this is just
+    ``load_fashion_mnist(train, root)``.
+
+    Each turn ends in ``dist.all_gather_object``, which every rank calls (waiting at most the
+    group's ``timeout``). A preparing rank joins it even when it failed: the others then raise an
+    error that names it and its cause, and it raises its own. (A bare ``dist.barrier`` after a
+    failure would leave them waiting for a rank that never comes.)
+
+    >>> images, labels = load_fashion_mnist_distributed(train=False)   # no process group here
+    >>> images.shape
+    torch.Size([10000, 28, 28])
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return load_fashion_mnist(train=train, root=root)
+    rank = dist.get_rank()
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    loaded = None
+    for preparing in (rank == 0, local_rank == 0 and rank != 0):
+        error = None
+        if preparing:
+            try:
+                loaded = load_fashion_mnist(train=train, root=root, download=True)
+            except Exception as err:
+                error = err
+        said = None   # what this rank tells the others: None, or the first line of its error
+        if error is not None:
+            said = f"{type(error).__name__}: " + str(error).split("\n")[0]
+        outcomes = [None] * dist.get_world_size()
+        dist.all_gather_object(outcomes, said)
+        if error is not None:
+            raise error
+        failed = [f"rank {r} failed with {line}" for r, line in enumerate(outcomes) if line]
+        if failed:
+            raise DatasetUnavailableError("Fashion-MNIST was not prepared for this rank (one "
+                                          "rank prepares it while the others wait): "
+                                          + "; ".join(failed))
+    if loaded is None:
+        loaded = load_fashion_mnist(train=train, root=root, download=False)
+    return loaded
 
 
 def _check_extracted(raw, train, local):

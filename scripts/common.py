@@ -79,8 +79,11 @@ def per_rank_batch_size(global_batch, world_size):
 
 
 def load_train_set(num_train):
-    """The first ``num_train`` Fashion-MNIST training images as a dataset of (1, 28, 28) floats."""
-    images, labels = dltools.data.load_fashion_mnist(train=True)
+    """The first ``num_train`` Fashion-MNIST training images as a dataset of (1, 28, 28) floats.
+
+    Under DDP one rank per node prepares the files while the others wait, then all read them
+    (``dltools.data.load_fashion_mnist_distributed``); every rank must call it."""
+    images, labels = dltools.data.load_fashion_mnist_distributed(train=True)
     if not 1 <= num_train <= len(labels):
         raise ValueError(f"--num-train must be between 1 and {len(labels)}, got {num_train}")
     X = images[:num_train].unsqueeze(1).float() / 255
@@ -101,8 +104,8 @@ def build_model(width=8):
 def load_split(train, num, root=None):
     """Fashion-MNIST's training or test set (its first ``num`` images; all if None) as a dataset of
     uint8 images and labels (``.tensors``): kept as bytes until :func:`to_input`, which converts
-    on the device."""
-    images, labels = dltools.data.load_fashion_mnist(train=train, root=root)
+    on the device. Under DDP, as :func:`load_train_set`: every rank must call it."""
+    images, labels = dltools.data.load_fashion_mnist_distributed(train=train, root=root)
     if num is not None:
         if not 1 <= num <= len(labels):
             raise ValueError(f"--num-{'train' if train else 'test'} must be in "

@@ -1,10 +1,15 @@
+import hashlib
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import dltools
 from dltools import data
+from dltools import distributed as dd
 
 SHARED_RAW = data.data_root() / "FashionMNIST" / "raw"
 
@@ -16,15 +21,20 @@ def _need_archives():
                     "copy them there (see README: 'Data set offline')")
 
 
-@pytest.fixture
-def archive_root(tmp_path):
-    """A fresh data root holding copies of the four archives only (nothing extracted yet)."""
+def _copy_archives(root):
+    """Make ``root`` a fresh data root holding copies of the four archives only."""
     _need_archives()
-    raw = tmp_path / "FashionMNIST" / "raw"
+    raw = root / "FashionMNIST" / "raw"
     raw.mkdir(parents=True)
     for name in data.FASHION_MNIST_ARCHIVES:
         shutil.copy(SHARED_RAW / name, raw / name)
-    return tmp_path
+    return root
+
+
+@pytest.fixture
+def archive_root(tmp_path):
+    """A fresh data root holding copies of the four archives only (nothing extracted yet)."""
+    return _copy_archives(tmp_path)
 
 
 @pytest.fixture
@@ -208,3 +218,104 @@ def test_a_prepared_data_folder_is_only_read(archive_root, offline):
         data.load_fashion_mnist(train=train, root=archive_root, download=False)
         data.load_fashion_mnist(train=train, root=archive_root)
     assert files() == before
+
+
+# ------------------------------------------------------------------ several ranks, one folder
+
+
+def load_on_every_rank(roots, ranks_per_node, log):
+    """Worker: load the test set with ``load_fashion_mnist_distributed`` as a rank of pretend node
+    ``rank // ranks_per_node``, whose data folder is ``roots[node % len(roots)]`` (one folder for
+    all: a shared file system). Each archive torchvision extracts is logged in the folder ``log``,
+    by rank. Returns a hash of the data, or the error raised."""
+    from torchvision.datasets import mnist
+
+    rank = dist.get_rank()
+    os.environ["LOCAL_RANK"] = str(rank % ranks_per_node)
+    root = roots[rank // ranks_per_node % len(roots)]
+    extract = mnist.download_and_extract_archive
+
+    def logged(*args, filename, **kwargs):
+        with open(Path(log) / str(rank), "a") as f:
+            f.write(f"{root} {filename}\n")
+        return extract(*args, filename=filename, **kwargs)
+
+    mnist.download_and_extract_archive = logged
+    try:
+        images, labels = data.load_fashion_mnist_distributed(train=False, root=root)
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
+    finally:
+        mnist.download_and_extract_archive = extract
+    return _digest(images, labels)
+
+
+def _digest(images, labels):
+    return hashlib.sha256(images.numpy().tobytes() + labels.numpy().tobytes()).hexdigest()
+
+
+# name: (ranks per node, folders, the node whose folder has a corrupt archive). 4 ranks each.
+SCENARIOS = {
+    "one node": (4, 1, None),
+    "2 nodes, one shared folder": (2, 1, None),
+    "2 nodes, a folder each": (2, 2, None),
+    "rank 0 fails": (4, 1, 0),
+    "the second node's local rank 0 fails": (2, 2, 1),
+}
+CORRUPT = "t10k-labels-idx1-ubyte.gz"
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    """{scenario: (its folders, what each of 4 ranks returned, what each rank extracted)}:
+    each scenario on fresh folders holding the four archives only, all in one launch (starting 4
+    processes costs seconds)."""
+    calls, setups = [], {}
+    for name, (ranks_per_node, folders, bad) in SCENARIOS.items():
+        tmp = tmp_path_factory.mktemp("ranks")
+        roots = [_copy_archives(tmp / f"node{n}") for n in range(folders)]
+        if bad is not None:
+            path = roots[bad] / "FashionMNIST" / "raw" / CORRUPT
+            path.write_bytes(path.read_bytes()[:1000])
+        (tmp / "log").mkdir()
+        calls.append((load_on_every_rank, ([str(r) for r in roots], ranks_per_node,
+                                           str(tmp / "log"))))
+        setups[name] = roots, tmp / "log"
+    # timeout: a rank left waiting for a preparing rank fails after 60 s instead of hanging
+    results = dd.launch(dd.run_in_sequence, 4, calls, backend="gloo", timeout=60, deadline=300)
+    return {name: (roots, [r[i] for r in results], _extracted(log))
+            for i, (name, (roots, log)) in enumerate(setups.items())}
+
+
+def _extracted(log):
+    """{rank: ["folder archive" for each archive it extracted]}, from load_on_every_rank's log."""
+    return {int(path.name): sorted(path.read_text().splitlines()) for path in Path(log).iterdir()}
+
+
+@pytest.mark.parametrize("name, preparers", [
+    ("one node", [0]), ("2 nodes, one shared folder", [0]), ("2 nodes, a folder each", [0, 2])])
+def test_one_rank_prepares_each_folder_and_every_rank_gets_the_data(four_ranks, name, preparers):
+    """A fresh folder is extracted by one rank while the others wait, then read by all: rank 0, and
+    the local rank 0 of each other node whose folder rank 0 did not fill (ranks 0 and 2 here).
+    (When every rank loaded by itself, each extracted the same four files into the same folder.)"""
+    roots, results, extracted = four_ranks[name]
+    archives = sorted(data.FASHION_MNIST_ARCHIVES)
+    assert extracted == {rank: [f"{root} {archive}" for archive in archives]   # each one once
+                         for rank, root in zip(preparers, roots)}
+    images, labels = data.load_fashion_mnist(train=False, root=roots[0], download=False)
+    assert results == [_digest(images, labels)] * 4
+
+
+@pytest.mark.parametrize("name, bad_rank", [("rank 0 fails", 0),
+                                            ("the second node's local rank 0 fails", 2)])
+def test_when_the_preparing_rank_fails_every_rank_names_it_and_its_cause(four_ranks, name,
+                                                                          bad_rank):
+    """A corrupt archive: the preparing rank raises its own error, every other rank (on every
+    node) an error naming that rank and the cause, at once (none waits for the group's timeout)."""
+    roots, results, extracted = four_ranks[name]
+    cause = f"{roots[-1] / 'FashionMNIST' / 'raw' / CORRUPT} is corrupt"
+    for rank, said in enumerate(results):
+        assert said.startswith("DatasetUnavailableError: ") and cause in said, (rank, said)
+        if rank != bad_rank:
+            assert f"rank {bad_rank} failed with DatasetUnavailableError: {cause}" in said, said
+    assert set(extracted) <= {0}, "only rank 0 extracted its own, whole folder"

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import dltools
 from dltools import distributed as dd
 from support.processes import assert_no_process_left
 
@@ -86,6 +87,40 @@ def test_ddp_script_refuses_a_batch_the_processes_cannot_share():
         dd.run_torchrun(SCRIPTS / "train_ddp.py", 2, "--batch-size", "95", "--num-train", "190",
                         "--epochs", "1", report=False)
     assert_no_process_left()
+
+
+def test_ddp_script_prepares_the_data_on_one_rank(tmp_path):
+    """A fresh data folder (DLTOOLS_DATA) with a corrupt archive: under torchrun rank 0 alone
+    checks and extracts it (dltools.data.load_fashion_mnist_distributed, through common.py) and
+    names the file; the other ranks, which wait for it, say that rank 0 failed and why. (When
+    every rank loaded by itself, each found the corrupt file on its own.)"""
+    raw = tmp_path / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    shared = dltools.data.data_root() / "FashionMNIST" / "raw"
+    for name in dltools.data.FASHION_MNIST_ARCHIVES:
+        shutil.copy(shared / name, raw / name)
+    bad = raw / "train-labels-idx1-ubyte.gz"
+    bad.write_bytes(bad.read_bytes()[:1000])
+    with pytest.raises(dd.TorchrunError) as info:
+        dd.run_torchrun(SCRIPTS / "train_ddp.py", 3, *ARGS, report=False, timeout=300,
+                        env={"DLTOOLS_DATA": str(tmp_path)})
+    log = info.value.output
+    cause = f"{bad} is corrupt"
+    assert log.count(f"rank 0 failed with DatasetUnavailableError: {cause}") == 2, log[-3000:]
+    assert sorted(p.name for p in raw.iterdir()) == sorted(dltools.data.FASHION_MNIST_ARCHIVES)
+    assert_no_process_left()
+
+
+@pytest.mark.parametrize("script", FAMILY + ["common.py"])
+def test_scripts_load_the_data_set_through_the_distributed_loader(script):
+    """Only load_fashion_mnist_distributed, through common.py, which under DDP lets one rank per
+    node prepare the files: a direct load_fashion_mnist under torchrun runs on every rank."""
+    called = [getattr(node.func, "attr", getattr(node.func, "id", None))
+              for node in ast.walk(ast.parse((SCRIPTS / script).read_text()))
+              if isinstance(node, ast.Call)]
+    assert not {"load_fashion_mnist", "load_data_fashion_mnist"} & set(called)
+    if script == "common.py":
+        assert called.count("load_fashion_mnist_distributed") == 2   # load_train_set, load_split
 
 
 def changed_lines(single, ddp):
