@@ -81,15 +81,14 @@ def int_list(answer):
     """``answer`` as a list of ints, or None when it is not a sequence of whole numbers.
 
     >>> import torch
-    >>> int_list((1, 2)), int_list(torch.Size([4, 2])), int_list([3.9]), int_list(7)
-    ([1, 2], [4, 2], None, None)
+    >>> int_list((1, 2)), int_list(torch.Size([4, 2])), int_list([3.9]), int_list(7), int_list({3})
+    ([1, 2], [4, 2], None, None, None)
     """
-    if isinstance(answer, (str, bytes)):
+    if type(answer).__name__ == "Tensor" and getattr(answer, "dim", lambda: 0)() == 1:
+        answer = answer.tolist()
+    if not isinstance(answer, (list, tuple)):   # torch.Size is a tuple; a set or dict is not
         return None
-    try:
-        values = list(answer)
-    except TypeError:
-        return None
+    values = list(answer)
     if not all(is_int(v) for v in values):
         return None
     return [int(v) for v in values]

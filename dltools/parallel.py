@@ -371,8 +371,8 @@ def parallel_apply(modules, inputs, kwargs_tup=None, devices=None, *, timeline=N
         kwargs_tup = ({},) * len(modules)
     elif len(kwargs_tup) != len(modules):
         raise ValueError(f"{len(modules)} modules but {len(kwargs_tup)} kwargs")
-    if devices is None:
-        devices = [_module_device(m) for m in modules]
+    if devices is None:   # as PyTorch does: the device of each replica's input
+        devices = [_input_device(inp, m) for m, inp in zip(modules, inputs)]
     else:
         devices = _devices(devices)
         if len(devices) != len(modules):
@@ -446,6 +446,24 @@ def _rebuildable(err):
         return True
     except Exception:
         return False
+
+
+def _input_device(inp, module):
+    """The device of the first tensor in ``inp`` (as ``torch.nn.parallel.parallel_apply`` takes
+    it, with ``get_a_var``), else of ``module``'s first parameter or buffer (a replica keeps its
+    parameter copies as plain attributes, not parameters), else the CPU.
+
+    >>> _input_device((torch.zeros(1, device='meta'),), nn.Linear(1, 1))
+    device(type='meta')
+    """
+    if isinstance(inp, torch.Tensor):
+        return inp.device
+    items = inp.values() if isinstance(inp, dict) else inp if isinstance(inp, (list, tuple)) else ()
+    for item in items:
+        found = _input_device(item, None)
+        if found is not None:
+            return found
+    return None if module is None else _module_device(module)
 
 
 def _module_device(module):

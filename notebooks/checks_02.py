@@ -43,31 +43,39 @@ def check_scalar_loss_shape(answer):
                   hint, answer)
 
 
+def _numbers(answer):
+    """``answer`` as a list of real numbers (a list, a tuple or a 1-D tensor), else None."""
+    if isinstance(answer, torch.Tensor):
+        answer = answer.tolist() if answer.dim() == 1 else None
+    if not isinstance(answer, (list, tuple)):
+        return None
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in answer):
+        return None
+    return [float(v) for v in answer]
+
+
 def check_replica_loss_weights(answer):
     """Exercise 2: the weights, one per replica, that turn per-replica mean losses into the
     full-batch mean loss."""
-    batch, num_devices = 10, 3
+    batch, num_devices = 14, 4
     sizes = _chunks(batch, num_devices)
     expected = torch.tensor(sizes, dtype=torch.float64) / batch
     ok = None
     hint = (f"a plain average gives the {sizes[-1]} rows of the small last chunk as much say as "
-            f"the {sizes[0]} of the others.")
+            f"the {sizes[0]} of each other chunk.")
     if answer is not None:
-        try:
-            values = list(answer)
-        except TypeError:
-            values = None
-        numbers_only = values is not None and all(
-            isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values)
-        if not numbers_only:
+        values = _numbers(answer)
+        if values is None:
             ok, hint = False, "give a list of numbers, one weight per replica."
         elif len(values) != len(sizes):
             ok, hint = False, f"one weight per replica that runs: {len(sizes)} of them."
         else:
-            got = torch.tensor([float(v) for v in values], dtype=torch.float64)
-            ok = torch.allclose(got, expected, atol=1e-3)
+            got = torch.tensor(values, dtype=torch.float64)
+            ok = torch.allclose(got, expected, rtol=0, atol=1e-6)
             if not ok and torch.allclose(got, torch.tensor(sizes, dtype=torch.float64)):
                 hint = "those are the row counts; weights that sum to 1 give a mean."
+            elif not ok and abs(got.sum().item() - 1) > 1e-6:
+                hint = "weights that give a mean add up to exactly 1."
     return report(ok, f"chunks {sizes} of {batch} rows: weight each replica's mean by its share of "
                   "the rows.", hint, answer)
 
@@ -91,10 +99,13 @@ def check_broadcast_bytes(answer):
     elif values == [b["root_sent"], b["total"]]:
         hint = ("that is the broadcast in forward; backward sends the gradients the other way, "
                 "and they are as large as the parameters.")
-    elif values is not None and values[0] == values[1]:
+    elif values == [2 * (num_devices - 1) * model] * 2:
         hint = ("that is what a master sending every copy itself (and receiving every gradient "
                 "itself) would move; NCCL pipelines the broadcast and the reduce along the "
                 "devices, so each device forwards what it receives.")
+    elif values is not None and values[0] == values[1]:
+        hint = ("the master's link is one of the links of the chain: every link between "
+                "neighbouring devices carries the parameters one way and the gradients the other.")
     elif values is not None and values[1] == 2 * num_devices * model:
         hint = "the master already holds the parameters: count the copies the other devices need."
     else:
@@ -108,17 +119,24 @@ def check_broadcast_bytes(answer):
                   "every step.", hint, answer)
 
 
-def check_sync_batchnorm(answer):
-    """Exercise 4: the module that makes BatchNorm use the whole batch's statistics."""
-    if answer is None:
-        return report(None, "", "", None)
-    names = {"SyncBatchNorm", "nn.SyncBatchNorm", "torch.nn.SyncBatchNorm",
-             "torch.nn.modules.batchnorm.SyncBatchNorm"}   # PyTorch's own, by any of its names
-    ok = answer is nn.SyncBatchNorm or (isinstance(answer, str) and answer.strip() in names)
-    return report(ok, "nn.SyncBatchNorm (with DistributedDataParallel) gathers every process's "
-                  "per-channel mean, inverse standard deviation and count.",
-                  "the module's name says what it does to the statistics across processes; give "
-                  "the class or its exact name.", answer)
+def check_global_batch_mean(answer):
+    """Exercise 4: the mean SyncBatchNorm normalizes one channel with, from per-process chunks."""
+    rows, means = (4, 4, 2), (1.0, 2.0, 4.0)
+    expected = sum(r * m for r, m in zip(rows, means)) / sum(rows)
+    ok = None
+    if answer is not None and (not isinstance(answer, numbers.Real) or isinstance(answer, bool)):
+        ok, hint = False, "give one number (a float)."
+    else:
+        ok = None if answer is None else abs(float(answer) - expected) < 1e-9
+        if answer is not None and abs(float(answer) - sum(means) / len(means)) < 1e-9:
+            hint = "that is the plain mean of the three means: a chunk of 2 rows counts less."
+        elif answer is not None and float(answer) in means:
+            hint = ("that is one process's own mean: SyncBatchNorm normalizes with the whole "
+                    "batch's statistics, the same on every process.")
+        else:
+            hint = "weight each process's mean by its number of rows, then divide by all rows."
+    return report(ok, "the rows' mean over the whole batch: each chunk's mean weighted by its "
+                  "rows.", hint, answer)
 
 
 # ------------------------------------------------------------------ coding exercise
@@ -140,6 +158,21 @@ def check_loss_in_forward(module_class):
         want_grads = torch.autograd.grad(reference, list(net.parameters()))
         try:
             model = module_class(net)
+            probe = model(X, y, rows)   # one call on the whole batch, before DataParallel
+        except Exception as err:  # noqa: BLE001 - any error in the learner's code is feedback
+            last = traceback.extract_tb(err.__traceback__)[-1]
+            return report(False, "", f"running it raised {type(err).__name__}: {err} "
+                          f"(line {last.lineno}); forward takes (self, X, y, total_rows).",
+                          module_class)
+        if not isinstance(probe, torch.Tensor):
+            return report(False, "", f"forward returned a {type(probe).__name__}, not a tensor "
+                          "(no .item()): DataParallel gathers tensors, and backward needs one.",
+                          module_class)
+        if not probe.requires_grad:
+            return report(False, "", "forward's result carries no gradient (a .detach(), or a new "
+                          "tensor made from numbers): compute it from the network's output.",
+                          module_class)
+        try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a 0-dim result is allowed: gather warns
                 out = parallel.DataParallel(model, device_ids=["cpu"] * k)(X, y, rows)

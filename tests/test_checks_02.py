@@ -11,12 +11,12 @@ from support.checks import assert_help_hides, assert_right, assert_unanswered, a
 @pytest.mark.parametrize("check, right", [
     (checks.check_scalar_loss_shape, (3,)),
     (checks.check_scalar_loss_shape, torch.Size([3])),
-    (checks.check_replica_loss_weights, [0.4, 0.4, 0.2]),
-    (checks.check_replica_loss_weights, (2 / 5, 2 / 5, 1 / 5)),
+    (checks.check_replica_loss_weights, [4 / 14, 4 / 14, 4 / 14, 2 / 14]),
+    (checks.check_replica_loss_weights, (2 / 7, 2 / 7, 2 / 7, 1 / 7)),
+    (checks.check_replica_loss_weights, torch.tensor([4, 4, 4, 2]) / 14),
     (checks.check_broadcast_bytes, (8_000_000, 24_000_000)),
-    (checks.check_sync_batchnorm, nn.SyncBatchNorm),
-    (checks.check_sync_batchnorm, "nn.SyncBatchNorm"),
-    (checks.check_sync_batchnorm, "torch.nn.SyncBatchNorm"),
+    (checks.check_global_batch_mean, 2.0),
+    (checks.check_global_batch_mean, 2),
 ])
 def test_right_answers_pass(capsys, check, right):
     assert_right(capsys, check, right)
@@ -30,11 +30,14 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_scalar_loss_shape, 3),           # a number, not a shape
     (checks.check_scalar_loss_shape, "(3,)"),
     (checks.check_scalar_loss_shape, (True,)),
-    (checks.check_replica_loss_weights, [1 / 3, 1 / 3, 1 / 3]),
-    (checks.check_replica_loss_weights, [4, 4, 2]),
-    (checks.check_replica_loss_weights, [0.4, 0.4]),
-    (checks.check_replica_loss_weights, ["0.4", "0.4", "0.2"]),
-    (checks.check_replica_loss_weights, [True, True, False]),
+    (checks.check_replica_loss_weights, [1 / 4] * 4),
+    (checks.check_replica_loss_weights, [4, 4, 4, 2]),
+    (checks.check_replica_loss_weights, [0.286, 0.286, 0.286, 0.143]),   # rounded: sum 1.001
+    (checks.check_replica_loss_weights, [0.2861, 0.2855, 0.2855, 0.1429]),  # sum 1, off by 6e-4
+    (checks.check_replica_loss_weights, [0.3, 0.3, 0.3]),
+    (checks.check_replica_loss_weights, ["0.3", "0.3", "0.3", "0.1"]),
+    (checks.check_replica_loss_weights, [True, True, True, False]),
+    (checks.check_replica_loss_weights, {0.25: 1, 0.5: 2}),
     (checks.check_replica_loss_weights, 0.4),
     (checks.check_broadcast_bytes, (4_000_000, 12_000_000)),   # the broadcast alone
     (checks.check_broadcast_bytes, (24_000_000, 24_000_000)),  # every copy from the master
@@ -42,11 +45,14 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_broadcast_bytes, (8_000_000.0, 24_000_000)),
     (checks.check_broadcast_bytes, 24_000_000),
     (checks.check_broadcast_bytes, (2_000_000, 6_000_000)),    # parameters, not bytes
-    (checks.check_sync_batchnorm, nn.BatchNorm2d),
-    (checks.check_sync_batchnorm, "BatchNorm2d"),
-    (checks.check_sync_batchnorm, "syncbatchnorm2d"),
-    (checks.check_sync_batchnorm, "my_lib.SyncBatchNorm"),   # only PyTorch's own class
-    (checks.check_sync_batchnorm, "apex.parallel.SyncBatchNorm"),
+    (checks.check_broadcast_bytes, (8_000_000, 8_000_000)),    # the master's link only
+    (checks.check_broadcast_bytes, {8_000_000: 0, 24_000_000: 1}),   # a dict is no answer
+    (checks.check_scalar_loss_shape, {3}),
+    (checks.check_global_batch_mean, 7 / 3),     # the plain mean of the means
+    (checks.check_global_batch_mean, 1.0),       # one process's own mean
+    (checks.check_global_batch_mean, 2.001),
+    (checks.check_global_batch_mean, "2.0"),
+    (checks.check_global_batch_mean, True),
 ])
 def test_typical_wrong_answers_fail(capsys, check, wrong):
     assert_wrong(capsys, check, wrong)
@@ -64,10 +70,10 @@ def test_hints_do_not_give_the_answer_away(capsys):
 
 @pytest.mark.parametrize("check", [checks.check_scalar_loss_shape,
                                    checks.check_replica_loss_weights, checks.check_broadcast_bytes,
-                                   checks.check_sync_batchnorm, checks.check_loss_in_forward])
+                                   checks.check_global_batch_mean, checks.check_loss_in_forward])
 def test_unanswered_and_no_answer_in_the_help(capsys, check):
     assert_unanswered(capsys, check)
-    assert_help_hides(check, ("(3,)", "0.4", "4000000", "4,000,000", "SyncBatchNorm", "reduction"))
+    assert_help_hides(check, ("(3,)", "0.2857", "4000000", "4,000,000", "2.0", "reduction"))
 
 
 # ------------------------------------------------------------------ coding: loss in forward
@@ -104,6 +110,17 @@ class Detached(Right):  # right value, no gradient
         return loss.detach().requires_grad_()
 
 
+class PlainDetach(Right):  # the typical mistake: .detach() on the loss
+    def forward(self, X, y, total_rows):
+        loss = nn.functional.cross_entropy(self.net(X), y, reduction="sum") / total_rows
+        return loss.detach()
+
+
+class Item(Right):  # the other typical mistake: a Python number
+    def forward(self, X, y, total_rows):
+        return (nn.functional.cross_entropy(self.net(X), y, reduction="sum") / total_rows).item()
+
+
 class WrongSignature(Right):
     def forward(self, X, y):
         return nn.functional.cross_entropy(self.net(X), y)
@@ -117,6 +134,7 @@ def test_loss_in_forward_right(capsys, right):
 @pytest.mark.parametrize("wrong, words", [
     (MeanOfChunk, "full-batch mean"), (SumOfChunk, "full-batch mean"),
     (Detached, "gradient"), (WrongSignature, "raised TypeError"), (Right(nn.Linear(4, 3)), "class"),
+    (PlainDetach, "carries no gradient"), (Item, "not a tensor (no .item())"),
 ])
 def test_loss_in_forward_wrong(capsys, wrong, words):
     assert_wrong(capsys, checks.check_loss_in_forward, wrong, words)

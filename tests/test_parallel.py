@@ -484,3 +484,20 @@ def test_a_recorded_timeline_waits_for_the_gpus(monkeypatch):
     assert spans == 3 and calls.count(0) == calls.count(1) == 2 * spans
     out.sum().backward()                                # the gradient reduce is timed too
     assert calls.count(0) == 2 * spans + 2
+
+
+def test_parallel_apply_takes_each_replicas_device_from_its_input_as_pytorch_does():
+    # replicas keep their parameter copies as attributes: the module alone says "cpu"
+    reps = P.replicate(nn.Linear(2, 2).to("meta"), ["meta", "meta"])
+    assert [P._module_device(r) for r in reps] == [torch.device("cpu")] * 2
+    devices = []
+
+    class Spy(nn.Module):
+        def forward(self, X):
+            devices.append(P._input_device((X,), self))
+            return X
+
+    P.parallel_apply([Spy(), Spy()], [(torch.zeros(1, device="meta"),), ({"x": 1},)])
+    assert sorted(map(str, devices)) == ["cpu", "meta"]   # the tensor's device; none: the CPU
+    assert P._input_device((torch.zeros(1, device="meta"),), None) == torch.device("meta")
+    assert P._input_device(({"a": [torch.zeros(1, device="meta")]},), None) == torch.device("meta")
