@@ -320,19 +320,50 @@ def test_slurm_script_is_valid_bash_and_calls_torchrun_per_node():
     assert lines.index('cd "$SLURM_SUBMIT_DIR"') < activate < srun_line
 
 
-def test_slurm_learning_rate_follows_the_linear_scaling_rule():
-    """lr 0.1 at a global batch of 256 (notebook 04's reference), scaled with the batch."""
-    text = (SCRIPTS / "slurm_ddp.sbatch").read_text()
-    values = dict(re.findall(r"^(BATCH_SIZE|LR)=(\S+)$", text, re.M))
-    launch = text[re.search(r"^srun ", text, re.M).start():]
-    assert '--batch-size "$BATCH_SIZE"' in launch and '--lr "$LR"' in launch
-    assert float(values["LR"]) == pytest.approx(0.1 * int(values["BATCH_SIZE"]) / 256)
-    # One global batch splits evenly over the job's GPUs.
-    nodes = int(re.search(r"^#SBATCH --nodes=(\d+)", text, re.M).group(1))
-    gpus = int(re.search(r"^#SBATCH --gpus-per-node=(\d+)", text, re.M).group(1))
-    assert int(values["BATCH_SIZE"]) % (nodes * gpus) == 0
+def dry_run_slurm(tmp_path, nodes, gpus, env=None, getent="10.0.0.5 node1"):
+    """Run scripts/slurm_ddp.sbatch with DRY_RUN=1 as Slurm would on the first of ``nodes`` nodes
+    with ``gpus`` GPUs each (scontrol and getent faked); return the finished process."""
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed: cannot run the SLURM script")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text("#!/bin/sh\necho node1; echo node2\n")
+    (fake / "getent").write_text(f"#!/bin/sh\necho '{getent}'\n")
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "activate").write_text("")
+    slurm = {"SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_NODELIST": "node[1-2]",
+             "SLURM_NNODES": str(nodes), "SLURM_GPUS_ON_NODE": str(gpus),
+             "SLURM_CPUS_PER_TASK": str(4 * gpus), "SLURM_JOB_ID": "42", "DRY_RUN": "1"}
+    environ = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
+    return subprocess.run(["bash", str(SCRIPTS / "slurm_ddp.sbatch")], capture_output=True,
+                          text=True, env={**environ, **slurm, **(env or {}),
+                                          "PATH": f"{fake}:{os.environ['PATH']}"})
 
 
+@pytest.mark.parametrize("nodes, gpus", [(2, 4), (2, 3), (3, 1)])
+def test_slurm_batch_and_learning_rate_follow_the_job(tmp_path, nodes, gpus):
+    """The global batch splits evenly over any job's GPUs, and the lr follows the linear-scaling
+    rule from train_ddp.py's reference (lr 0.1 at 96)."""
+    done = dry_run_slurm(tmp_path, nodes, gpus)
+    assert done.returncode == 0, done.stderr
+    launch = done.stdout.strip()
+    batch = int(re.search(r"--batch-size (\d+)", launch).group(1))
+    lr = float(re.search(r"--lr (\S+)", launch).group(1))
+    assert batch % (nodes * gpus) == 0 and batch // (nodes * gpus) == 48
+    assert lr == pytest.approx(0.1 * batch / 96)
+    assert f"--nproc_per_node={gpus}" in launch and f"--nnodes={nodes}" in launch
+
+
+def test_slurm_script_stops_when_gloo_would_bind_to_loopback(tmp_path):
+    done = dry_run_slurm(tmp_path, 2, 4, getent="127.0.1.1 node1")
+    assert done.returncode == 1 and "GLOO_SOCKET_IFNAME" in done.stderr
+    assert not done.stdout.strip()  # nothing launched
+    (tmp_path / "again").mkdir()
+    done = dry_run_slurm(tmp_path / "again", 2, 4, env={"GLOO_SOCKET_IFNAME": "eth0"},
+                         getent="127.0.1.1 node1")
+    assert done.returncode == 0 and done.stdout.startswith("srun ")
 
 
 def test_bash_n_catches_a_broken_script(tmp_path):
