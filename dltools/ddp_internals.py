@@ -16,6 +16,8 @@ an initialised process group and returns plain Python data to the notebook):
 
 The notebook prints :class:`AllReduceLog` and :func:`logged_all_reduce`: that is the code to read.
 """
+import os
+import tempfile
 import textwrap
 from collections import OrderedDict
 
@@ -234,17 +236,26 @@ def run_source(source, name, *args):
 
 
 class _Recorded(torch.utils.data.Dataset):
-    """A dataset that records, in this process, the index of every example read from it."""
+    """A dataset that records the index of every example read from it, in a file: a DataLoader
+    with ``num_workers > 0`` reads in worker processes, whose memory the rank never sees."""
 
     def __init__(self, dataset):
-        self.dataset, self.seen = dataset, []
+        self.dataset = dataset
+        handle, self.path = tempfile.mkstemp(prefix="dltools_reads_", suffix=".txt")
+        os.close(handle)
 
     def __len__(self):
         return len(self.dataset)
 
     def __getitem__(self, index):
-        self.seen.append(int(index))
+        with open(self.path, "a") as reads:   # one short append per read: whole lines
+            reads.write(f"{int(index)}\n")
         return self.dataset[index]
+
+    @property
+    def seen(self):
+        with open(self.path) as reads:
+            return [int(line) for line in reads.read().split()]
 
 
 def run_worker_for_check(source, name, dataset, *args):
@@ -256,4 +267,7 @@ def run_worker_for_check(source, name, dataset, *args):
     """
     torch.manual_seed(dist.get_rank())
     recorded = _Recorded(dataset)
-    return run_source(source, name, recorded, *args), recorded.seen
+    try:
+        return run_source(source, name, recorded, *args), recorded.seen
+    finally:
+        os.remove(recorded.path)

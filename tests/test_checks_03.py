@@ -105,6 +105,14 @@ WRONG = {  # the typical mistakes, as edits of right_worker's source
         ("DistributedSampler(dataset, shuffle=True", "DistributedSampler(dataset, num_replicas=1, "
          "rank=0, shuffle=True"),
         ("batch_size=global_batch_size // dist.get_world_size()", "batch_size=global_batch_size")],
+    "whole_data_alone_in_workers": [  # the same, read by a DataLoader worker process
+        ("    model = DDP(model, device_ids=[device.index] if device.type == \"cuda\" "
+         "else None)\n", ""), ("model.module.state_dict()", "model.state_dict()"),
+        ("DistributedSampler(dataset, shuffle=True", "DistributedSampler(dataset, num_replicas=1, "
+         "rank=0, shuffle=True"),
+        ("batch_size=global_batch_size // dist.get_world_size()", "batch_size=global_batch_size"),
+        ("sampler=sampler)", "sampler=sampler, num_workers=1)")],
+    "in_workers": [("sampler=sampler)", "sampler=sampler, num_workers=1)")],  # right
     "unseeded_no_ddp": [("    torch.manual_seed(0)\n", ""),
                         ("    model = DDP(model, device_ids=[device.index] if device.type == "
                          "\"cuda\" else None)\n", ""),
@@ -135,6 +143,7 @@ def make_worker(name, folder):
 def test_ddp_worker_right(capsys, tmp_path):
     assert_right(capsys, checks.check_ddp_worker, right_worker)
     assert_right(capsys, checks.check_ddp_worker, make_worker("unseeded", tmp_path))
+    assert_right(capsys, checks.check_ddp_worker, make_worker("in_workers", tmp_path))
 
 
 @pytest.mark.parametrize("name, words", [
@@ -147,6 +156,7 @@ def test_ddp_worker_right(capsys, tmp_path):
     ("rank0_only", "on every rank"),
     ("imports_outside", "import what it uses"),
     ("whole_data_alone", "read 48 examples per epoch"),
+    ("whole_data_alone_in_workers", "read 48 examples per epoch"),  # reads in a worker process
     ("unseeded_no_ddp", "Wrap the model in DDP"),
 ])
 def test_ddp_worker_wrong(capsys, tmp_path, name, words):
