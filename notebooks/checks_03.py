@@ -9,6 +9,7 @@ does not show them. The coding exercise's check runs the learner's worker in two
 import collections
 import inspect
 import numbers
+import re
 
 import torch
 from torch import nn
@@ -182,6 +183,11 @@ def check_ddp_worker(worker):
                       "DistributedSampler(dataset, shuffle=True, seed=0), passed as sampler=.", 0)
     if not all(s.keys() == state.keys() and all(torch.equal(s[k], state[k]) for k in state)
                for s in states):
+        if re.search(r"\b(DDP|DistributedDataParallel)\(", source):   # a wrapper was made
+            return report(False, "", "the two ranks end with different parameters: their "
+                          "gradients were not averaged. You made a DDP wrapper, but the training "
+                          "step does not go through it: call the wrapper (its forward sets up the "
+                          "gradient averaging), not the plain model inside it.", 0)
         return report(False, "", "the two ranks end with different parameters: their gradients "
                       "were not averaged. Wrap the model in DDP.", 0)
     if _close(state, ref):

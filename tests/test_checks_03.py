@@ -112,6 +112,8 @@ WRONG = {  # the typical mistakes, as edits of right_worker's source
          "rank=0, shuffle=True"),
         ("batch_size=global_batch_size // dist.get_world_size()", "batch_size=global_batch_size"),
         ("sampler=sampler)", "sampler=sampler, num_workers=1)")],
+    "bypasses_ddp": [("    model = DDP(model, ", "    ddp = DDP(model, "),   # then calls model(X)
+                     ("model.module.state_dict()", "model.state_dict()")],
     "in_workers": [("sampler=sampler)", "sampler=sampler, num_workers=1)")],  # right
     "unseeded_no_ddp": [("    torch.manual_seed(0)\n", ""),
                         ("    model = DDP(model, device_ids=[device.index] if device.type == "
@@ -158,6 +160,7 @@ def test_ddp_worker_right(capsys, tmp_path):
     ("whole_data_alone", "read 48 examples per epoch"),
     ("whole_data_alone_in_workers", "read 48 examples per epoch"),  # reads in a worker process
     ("unseeded_no_ddp", "Wrap the model in DDP"),
+    ("bypasses_ddp", "call the wrapper"),
 ])
 def test_ddp_worker_wrong(capsys, tmp_path, name, words):
     assert_wrong(capsys, checks.check_ddp_worker, make_worker(name, tmp_path), words)
