@@ -79,7 +79,7 @@ def check_without_set_epoch(answer):
 
 def check_padded_shards(answer):
     """Exercise 4: (indices per rank, indices that appear twice in one epoch)."""
-    length, world_size = 10, 4
+    length, world_size = 11, 3   # not the 10 on 4 that notebook 03 prints
     shards = [list(DistributedSampler(range(length), num_replicas=world_size, rank=r,
                                       shuffle=False)) for r in range(world_size)]
     seen = [i for shard in shards for i in shard]

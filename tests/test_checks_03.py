@@ -15,8 +15,8 @@ from support.processes import assert_no_process_left
     (checks.check_per_rank_batch, 24),
     (checks.check_without_set_epoch, "b"),
     (checks.check_without_set_epoch, " B "),
-    (checks.check_padded_shards, (3, 2)),
-    (checks.check_padded_shards, [3, 2]),
+    (checks.check_padded_shards, (4, 1)),
+    (checks.check_padded_shards, [4, 1]),
 ])
 def test_right_answers_pass(capsys, check, right):
     assert_right(capsys, check, right)
@@ -40,12 +40,13 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_without_set_epoch, "d"),
     (checks.check_without_set_epoch, "b) same order"),
     (checks.check_without_set_epoch, 2),
-    (checks.check_padded_shards, (2, 0)),          # drop_last=True
-    (checks.check_padded_shards, (3, 0)),          # thinks the shards never overlap
-    (checks.check_padded_shards, (2.5, 0)),
-    (checks.check_padded_shards, (3.0, 2.0)),
-    (checks.check_padded_shards, 3),
-    (checks.check_padded_shards, (3, 2, 0)),
+    (checks.check_padded_shards, (3, 0)),          # drop_last=True
+    (checks.check_padded_shards, (4, 0)),          # thinks the shards never overlap
+    (checks.check_padded_shards, (3, 2)),          # the notebook's printed case, 10 on 4
+    (checks.check_padded_shards, (3.67, 0)),
+    (checks.check_padded_shards, (4.0, 1.0)),
+    (checks.check_padded_shards, 4),
+    (checks.check_padded_shards, (4, 1, 0)),
 ])
 def test_typical_wrong_answers_fail(capsys, check, wrong):
     assert_wrong(capsys, check, wrong)
@@ -56,7 +57,7 @@ def test_typical_wrong_answers_fail(capsys, check, wrong):
                                    checks.check_ddp_worker])
 def test_unanswered_and_no_answer_in_the_help(capsys, check):
     assert_unanswered(capsys, check)
-    assert_help_hides(check, ("175", "24", "'b'", "(3, 2)", "DDP(", "same order", "seed + epoch"))
+    assert_help_hides(check, ("175", "24", "'b'", "(4, 1)", "DDP(", "same order", "seed + epoch"))
 
 
 # ------------------------------------------------------------------ coding: the DDP lines
