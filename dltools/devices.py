@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["cpu", "gpu", "num_gpus", "try_gpu", "try_all_gpus", "replica_devices", "pick_device",
-           "ddp_world", "rank_device", "backend_for", "device_report", "CPU_REPLICAS",
-           "DEVICE_TYPES"]
+           "ddp_world", "rank_device", "backend_for", "usable_cores", "device_report",
+           "CPU_REPLICAS", "DEVICE_TYPES"]
 
 #: Replicas the notebooks' DataParallel demos use on a machine with fewer than 2 GPUs: three, so
 #: that a batch splits unevenly and each replica's share shows.
@@ -185,6 +185,17 @@ def rank_device(device_type="auto"):
     return cpu()
 
 
+def usable_cores():
+    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown).
+
+    >>> usable_cores() >= 1
+    True
+    """
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def backend_for(device):
     """The process-group backend for ranks on ``device``.
 
@@ -236,7 +247,7 @@ def device_report():
         "platform": platform.platform(),
         "cpu": _cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cpu_cores": os.cpu_count(),
+        "cpu_cores": usable_cores(),   # the ones this process may use (affinity, containers)
         "torch_threads": torch.get_num_threads(),
         "cuda_available": torch.cuda.is_available(),
         "num_gpus": num_gpus(),

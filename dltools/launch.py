@@ -42,7 +42,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from .devices import backend_for, num_gpus, rank_device
+from .devices import backend_for, num_gpus, rank_device, usable_cores
 
 __all__ = ["WorkerError", "WorkerTimeoutError", "TorchrunError", "setup_process_group", "launch",
            "threads_per_process", "single_process_group", "run_torchrun", "descendants"]
@@ -114,17 +114,6 @@ def _check_importable(fn):
         pickle.dumps(fn)
     except Exception as err:
         raise ValueError(f"{where} cannot be pickled for the worker processes: {err}") from err
-
-
-def usable_cores():
-    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown).
-
-    >>> usable_cores() >= 1
-    True
-    """
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def threads_per_process(num_processes):
