@@ -34,7 +34,8 @@ BAD = [(["--epochs", "-1"], "argument --epochs: must be 1 or more, got -1"),
 def scripts():
     sys.path.insert(0, str(SCRIPTS))
     try:
-        yield {name: importlib.import_module(name) for name in ["common", *TRAINING]}
+        yield {name: importlib.import_module(name)
+               for name in ["common", *TRAINING, "batch_scaling"]}
     finally:
         sys.path.remove(str(SCRIPTS))
 
@@ -141,15 +142,6 @@ def test_a_read_only_output_is_refused(scripts, tmp_path, monkeypatch):
         scripts["common"].output_file(str(kept))
 
 
-@pytest.fixture()
-def batch_scaling():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        yield importlib.import_module("batch_scaling")
-    finally:
-        sys.path.remove(str(SCRIPTS))
-
-
 @pytest.mark.parametrize("argv, says", [
     (["--figure", "{d}/r.png", "--report", "{d}/r.png"], "--report and --figure are the same file"),
     (["--figure", "{d}/r.json", "--report", "{d}/s.json"], "give a file name ending in one of"),
@@ -161,7 +153,7 @@ def batch_scaling():
     (["--epochs", "0"], "--epochs must be at least 1"),
 ])
 def test_batch_scaling_refuses_arguments_that_would_lose_or_repeat_runs(
-        batch_scaling, capsys, tmp_path, argv, says):
+        scripts, capsys, tmp_path, argv, says):
     with pytest.raises(SystemExit) as stop:
-        batch_scaling.parse_args([a.format(d=tmp_path) for a in argv])
+        scripts["batch_scaling"].parse_args([a.format(d=tmp_path) for a in argv])
     assert stop.value.code == 2 and says in capsys.readouterr().err
