@@ -12,7 +12,10 @@ import signal
 import threading
 import time
 
-__all__ = ["Verdict", "report", "is_int", "int_list", "int_tuple", "close_enough",
+import torch
+
+__all__ = ["Verdict", "report", "is_int", "is_real", "int_list", "real_list", "int_tuple",
+           "close_enough",
            "call_with_time_limit", "TimeLimitExceeded"]
 
 
@@ -77,21 +80,45 @@ def is_int(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def is_real(value):
+    """True for a real number (an int or a float, numpy's and torch's too), not a bool or a string.
+
+    >>> is_real(0.5), is_real(2), is_real(True), is_real("0.5")
+    (True, True, False, False)
+    """
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _sequence(answer):
+    """``answer`` as a list when it is a list, a tuple (``torch.Size`` is one) or a 1-D tensor;
+    else None (a set or a dict has no order, a string is not a list of numbers)."""
+    if isinstance(answer, torch.Tensor):
+        return answer.tolist() if answer.dim() == 1 else None
+    return list(answer) if isinstance(answer, (list, tuple)) else None
+
+
 def int_list(answer):
     """``answer`` as a list of ints, or None when it is not a sequence of whole numbers.
 
-    >>> import torch
     >>> int_list((1, 2)), int_list(torch.Size([4, 2])), int_list([3.9]), int_list(7), int_list({3})
     ([1, 2], [4, 2], None, None, None)
     """
-    if type(answer).__name__ == "Tensor" and getattr(answer, "dim", lambda: 0)() == 1:
-        answer = answer.tolist()
-    if not isinstance(answer, (list, tuple)):   # torch.Size is a tuple; a set or dict is not
-        return None
-    values = list(answer)
-    if not all(is_int(v) for v in values):
+    values = _sequence(answer)
+    if values is None or not all(is_int(v) for v in values):
         return None
     return [int(v) for v in values]
+
+
+def real_list(answer):
+    """``answer`` as a list of floats, or None when it is not a sequence of real numbers.
+
+    >>> real_list([0.5, 1]), real_list(torch.tensor([0.5, 0.25])), real_list(["0.5"])
+    ([0.5, 1.0], [0.5, 0.25], None)
+    """
+    values = _sequence(answer)
+    if values is None or not all(is_real(v) for v in values):
+        return None
+    return [float(v) for v in values]
 
 
 def int_tuple(answer):

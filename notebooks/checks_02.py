@@ -5,7 +5,6 @@ Each check prints whether the answer is right, with a hint when it is not, and r
 ``torch.chunk`` and ``dltools.traffic``), so that Jupyter's help (Shift-Tab) does not show them.
 The coding exercise's check runs the learner's module through ``dltools.parallel.DataParallel``.
 """
-import numbers
 import traceback
 import warnings
 
@@ -13,7 +12,7 @@ import torch
 from torch import nn
 
 from dltools import parallel
-from dltools.exercises import int_list, int_tuple, report
+from dltools.exercises import int_list, int_tuple, is_real, real_list, report
 from dltools.traffic import collective_bytes
 
 
@@ -43,17 +42,6 @@ def check_scalar_loss_shape(answer):
                   hint, answer)
 
 
-def _numbers(answer):
-    """``answer`` as a list of real numbers (a list, a tuple or a 1-D tensor), else None."""
-    if isinstance(answer, torch.Tensor):
-        answer = answer.tolist() if answer.dim() == 1 else None
-    if not isinstance(answer, (list, tuple)):
-        return None
-    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in answer):
-        return None
-    return [float(v) for v in answer]
-
-
 def check_replica_loss_weights(answer):
     """Exercise 2: the weights, one per replica, that turn per-replica mean losses into the
     full-batch mean loss."""
@@ -64,7 +52,7 @@ def check_replica_loss_weights(answer):
     hint = (f"a plain average gives the {sizes[-1]} rows of the small last chunk as much say as "
             f"the {sizes[0]} of each other chunk.")
     if answer is not None:
-        values = _numbers(answer)
+        values = real_list(answer)
         if values is None:
             ok, hint = False, "give a list of numbers, one weight per replica."
         elif len(values) != len(sizes):
@@ -124,7 +112,7 @@ def check_global_batch_mean(answer):
     rows, means = (4, 4, 2), (1.0, 2.0, 4.0)
     expected = sum(r * m for r, m in zip(rows, means)) / sum(rows)
     ok = None
-    if answer is not None and (not isinstance(answer, numbers.Real) or isinstance(answer, bool)):
+    if answer is not None and not is_real(answer):
         ok, hint = False, "give one number (a float)."
     else:
         ok = None if answer is None else abs(float(answer) - expected) < 1e-9
