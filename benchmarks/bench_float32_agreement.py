@@ -3,9 +3,9 @@
 DDP on N processes computes each step's gradient as the mean of N per-shard means, where one
 process computes one mean over the whole batch: the same number, summed in another order. Notebook
 03 checks that the two runs end within 1e-5 of each other. This script trains the notebook's CNN
-(``scripts/common.build_model``, 2 epochs of 1152 images, batch 96, lr 0.1, the scripts' shuffle)
-both ways on each device here, the batch split into halves standing in for two ranks, and prints
-the largest parameter difference at the end:
+with train_single.py's own trainer (2 epochs of 1152 images, batch 96, lr 0.1) both ways on each
+device here, the batch split into halves standing in for two ranks, and prints the largest
+parameter difference at the end:
 
 - on the CPU, which is what the notebook runs on a machine with fewer than 2 GPUs;
 - on GPU 0 with float32 convolutions in full float32 (``fp32_precision = "ieee"``, which
@@ -16,43 +16,44 @@ No timing: the numbers are differences, the same on every run of one machine and
 
     python benchmarks/bench_float32_agreement.py            # writes a table; on a GPU, its rows too
 """
+import contextlib
+import io
 import sys
 
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, RandomSampler
 
 import _common
 
 sys.path.insert(0, str(_common.ROOT / "scripts"))
 import common  # noqa: E402  (scripts/common.py: the notebook's model and data)
+import train_single  # noqa: E402  (its Trainer: the scripts' loop and shuffle)
 
 LIMIT = 1e-5  # what notebook 03 asks of its twins
 
 
+class HalvesTrainer(train_single.Trainer):
+    """train_single.py's trainer, but each step's loss is the mean of the two half-batches' mean
+    losses: the gradient DDP's averaging computes on 2 ranks."""
+
+    def _run_batch(self, X, y):
+        self.optimizer.zero_grad()
+        loss = sum(self.loss(self.model(Xh), yh) for Xh, yh in zip(X.chunk(2), y.chunk(2))) / 2
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+
 def train(device, precision, halves, num_train, epochs):
-    """The parameters after training on ``device``; ``halves``: each step's loss is the mean of
-    the two half-batches' mean losses, as DDP's gradient averaging on 2 ranks computes it."""
+    """The parameters after training as train_single.py does (seed 0, batch 96, lr 0.1) on
+    ``device``, with whole batches or (``halves``) two halves per step."""
     if device.type == "cuda":
         torch.backends.cudnn.conv.fp32_precision = precision
     torch.manual_seed(0)
-    model = common.build_model().to(device)
-    dataset = common.load_train_set(num_train)
-    generator = torch.Generator()
-    loader = DataLoader(dataset, batch_size=96, sampler=RandomSampler(dataset, generator=generator))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loss_fn = nn.CrossEntropyLoss()
-    for epoch in range(epochs):
-        generator.manual_seed(epoch)  # the scripts' shuffle: seed 0 + epoch
-        for X, y in loader:
-            X, y = X.to(device), y.to(device)
-            optimizer.zero_grad()
-            if halves:
-                loss = sum(loss_fn(model(Xh), yh) for Xh, yh in zip(X.chunk(2), y.chunk(2))) / 2
-            else:
-                loss = loss_fn(model(X), y)
-            loss.backward()
-            optimizer.step()
+    model = common.build_model()
+    trainer = (HalvesTrainer if halves else train_single.Trainer)(
+        model, common.load_train_set(num_train), 96, 0.1, 0, device)
+    with contextlib.redirect_stdout(io.StringIO()):   # the trainer prints each epoch's loss
+        trainer.train(epochs)
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
