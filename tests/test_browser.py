@@ -83,8 +83,8 @@ def lab(tmp_path_factory, browser_path):
     notebook_dir = copy_course_tree(tmp / "course")
     server = LabServer(tmp, notebook_dir)
     # Notebook 04 takes its experiment's seeds from COURSE_SEED (0, 1, 2 by default): here it runs
-    # with 3, 4, 5, so that this run also checks that its assertions hold for other seeds (the
-    # seed-set test runs one more set; no other notebook reads COURSE_SEED).
+    # with 3, 4, 5, so that this run also checks that its assertions hold for other seeds (no other
+    # notebook reads COURSE_SEED).
     server.env["COURSE_SEED"] = str(LAB_SEED)
     browser = Chromium(tmp, server.env, browser_path)
     leftovers = []
