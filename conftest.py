@@ -12,8 +12,18 @@ import time
 from pathlib import Path
 
 from notebook_env import apply_notebook_env
+from notebook_versions import INSTRUCTOR, STUDENT
 
 apply_notebook_env(os.environ)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A student notebook built from an instructor source (tools/notebook_versions.py) is not run
+    by nbval: its source is, and tests/test_versions.py checks that it is the source's build."""
+    path = Path(collection_path)
+    if path.suffix == ".ipynb" and path.parent == STUDENT and (INSTRUCTOR / path.name).is_file():
+        return True
+    return None
 
 # Per notebook: {"native"|"older CPU": [start, end, failed]}, filled as the tests run.
 _NOTEBOOK_RUNS = {}

@@ -3,12 +3,14 @@
 
     python3 course.py lab     # create/refresh .venv, register its kernel, start JupyterLab
     python3 course.py test    # create/refresh .venv, run unit tests, doctests and notebooks
+    python3 course.py grade SUBMISSION.ipynb ... --out grades.csv   # for teachers: nbgrader
 
 Only the standard library is used here, so this runs on a machine that has nothing but Python
 3.11+. The first run installs PyTorch and friends (a few minutes); later runs reuse ``.venv`` and
 start at once. ``lab`` installs the ``course`` extra (JupyterLab and everything a notebook imports);
-``test`` adds the ``test`` extra. Extra arguments after ``test`` go to pytest, e.g.
-``python3 course.py test notebooks/01_dp_intro.ipynb``.
+``test`` adds the ``instructor`` and ``test`` extras. Extra arguments after ``test`` go to pytest,
+e.g. ``python3 course.py test notebooks/01_dp_intro.ipynb``. ``grade`` adds the ``instructor`` extra
+(nbgrader) and grades handed-in notebooks (tools/grade.py; ``grade --help`` lists its options).
 """
 import hashlib
 import os
@@ -143,15 +145,20 @@ def lab(args):
 
 
 def test(args):
-    ensure_venv(["course", "test"])
+    ensure_venv(["course", "instructor", "test"])   # the tests build and grade notebooks too
     return subprocess.call([str(PY), "-m", "pytest", *args], env=venv_env(), cwd=ROOT)
 
 
+def grade(args):
+    ensure_venv(["course", "instructor"])
+    return subprocess.call([str(PY), str(ROOT / "tools" / "grade.py"), *args], env=venv_env())
+
+
 def main(argv):
-    if len(argv) < 1 or argv[0] not in ("lab", "test"):
+    if len(argv) < 1 or argv[0] not in ("lab", "test", "grade"):
         print(__doc__)
         return 2
-    return {"lab": lab, "test": test}[argv[0]](argv[1:])
+    return {"lab": lab, "test": test, "grade": grade}[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":

@@ -8,13 +8,15 @@ means "not answered yet".
 """
 import _thread
 import numbers
+import os
 import signal
 import threading
 import time
 
 import torch
 
-__all__ = ["Verdict", "report", "is_int", "is_real", "int_list", "real_list", "int_tuple",
+__all__ = ["Verdict", "report", "NotCorrect", "GRADING_ENV",
+           "is_int", "is_real", "int_list", "real_list", "int_tuple",
            "close_enough",
            "call_with_time_limit", "TimeLimitExceeded"]
 
@@ -50,8 +52,20 @@ class Verdict:
         """IPython and Jupyter show nothing for it: the sentence printed above is the answer."""
 
 
+#: Set by ``course.py grade`` (tools/grade.py) in the kernel that runs a handed-in notebook.
+GRADING_ENV = "DP_COURSE_GRADING"
+
+
+class NotCorrect(AssertionError):
+    """Raised by a check, while grading only, when the answer is not right: nbgrader gives an
+    exercise its points when its check cell raises nothing."""
+
+
 def report(ok, right, hint, answer=None):
     """Print the verdict on an answer and return it (a :class:`Verdict`, true when right).
+
+    While grading (``DP_COURSE_GRADING=1``), an answer that is not right also raises
+    :class:`NotCorrect`, after the same sentence.
 
     >>> report(True, 'well done', 'try again')
     Correct: well done
@@ -64,9 +78,12 @@ def report(ok, right, hint, answer=None):
     Verdict(False)
     """
     if ok is None or (answer is None and not ok):
-        print("Not answered yet: replace None with your answer.")
-        return Verdict(False)
-    print(f"Correct: {right}" if ok else f"Not yet: {hint}")
+        said, ok = "Not answered yet: replace None with your answer.", False
+    else:
+        said = f"Correct: {right}" if ok else f"Not yet: {hint}"
+    print(said)
+    if not ok and os.environ.get(GRADING_ENV):
+        raise NotCorrect(said)
     return Verdict(ok)
 
 

@@ -279,7 +279,10 @@ def check_allreduce(allreduce):
     X, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
     W, b = torch.randn(4, 3) * 0.1, torch.zeros(3)
     params = [W.clone().requires_grad_(), b.clone().requires_grad_()]
-    device_params = [[p.detach().to(d).requires_grad_() for p in params] for d in devices]
+    # clone(): on a CPU .to(d) returns the same tensor, and replicas sharing memory with
+    # `params` would make the comparison below compare a tensor with itself.
+    device_params = [[p.detach().clone().to(d).requires_grad_() for p in params]
+                     for d in devices]
     loss = nn.CrossEntropyLoss(reduction="none")
     X_shards, y_shards = dltools.split_batch(X.to(devices[0]), y.to(devices[0]), devices)
     used = device_params[:len(X_shards)]

@@ -22,7 +22,7 @@ def _chunks(batch, num_devices):
 
 def check_scalar_loss_shape(answer):
     """Exercise 1: the shape of what DataParallel returns for a model that returns a 0-dim loss."""
-    batch, num_devices = 6, 4
+    batch, num_devices = 7, 5
     sizes = _chunks(batch, num_devices)
     expected = (len(sizes),)
     got = int_tuple(answer)
@@ -59,18 +59,19 @@ def check_replica_loss_weights(answer):
             ok, hint = False, f"one weight per replica that runs: {len(sizes)} of them."
         else:
             got = torch.tensor(values, dtype=torch.float64)
-            ok = torch.allclose(got, expected, rtol=0, atol=1e-6)
+            # Right to two decimals is right: 0.29 for 4/14 (a fraction such as 4 / 14 is exact).
+            ok = torch.allclose(got, expected, rtol=0, atol=5e-3)
             if not ok and torch.allclose(got, torch.tensor(sizes, dtype=torch.float64)):
                 hint = "those are the row counts; weights that sum to 1 give a mean."
-            elif not ok and abs(got.sum().item() - 1) > 1e-6:
-                hint = "weights that give a mean add up to exactly 1."
+            elif not ok and abs(got.sum().item() - 1) > 1e-2:
+                hint = "weights that give a mean add up to 1."
     return report(ok, f"chunks {sizes} of {batch} rows: weight each replica's mean by its share of "
                   "the rows.", hint, answer)
 
 
 def check_broadcast_bytes(answer):
-    """Exercise 3: (bytes over the master's link, bytes over all links) for one step's parameter
-    broadcast and gradient reduce together."""
+    """Exercise 3: (bytes the master sends and receives, bytes over all links) for one step's
+    parameter broadcast and gradient reduce together."""
     num_params, num_devices, bytes_per_param = 1_000_000, 4, 4
     model = num_params * bytes_per_param
     b = collective_bytes("broadcast", model, num_devices)
@@ -81,35 +82,38 @@ def check_broadcast_bytes(answer):
               and any(isinstance(v, float) for v in answer))
     if answer is not None and values is None and floats:
         hint = ("write the byte counts as ints, for example 8_000_000 rather than 8e6 (a float): "
-                "(over the master's link, over all links).")
+                "(the master's, all links').")
     elif answer is not None and (values is None or len(values) != 2):
-        hint = "answer with two whole numbers of bytes: (over the master's link, over all links)."
+        hint = ("answer with two whole numbers of bytes: (sent plus received by the master, over "
+                "all links).")
     elif values == [b["root_sent"], b["total"]]:
-        hint = ("that is the broadcast in forward; backward sends the gradients the other way, "
-                "and they are as large as the parameters.")
+        hint = ("that is the broadcast in forward; backward reduces the gradients to the master "
+                "the same way, and they are as large as the parameters.")
     elif values == [2 * (num_devices - 1) * model] * 2:
         hint = ("that is what a master sending every copy itself (and receiving every gradient "
                 "itself) would move; NCCL pipelines the broadcast and the reduce along the "
                 "devices, so each device forwards what it receives.")
     elif values is not None and values[0] == values[1]:
-        hint = ("the master's link is one of the links of the chain: every link between "
-                "neighbouring devices carries the parameters one way and the gradients the other.")
+        hint = ("the master takes part in one hop of each: it sends the parameters to one "
+                "neighbour and receives the summed gradients from the other; the other hops are "
+                "between the other devices.")
     elif values is not None and values[1] == 2 * num_devices * model:
         hint = "the master already holds the parameters: count the copies the other devices need."
     else:
-        hint = ("in a pipelined broadcast each device passes on what it receives, and a pipelined "
-                "reduce is the same chain run backwards: count what leaves and enters the master, "
-                "then what crosses each link between neighbouring devices, in both directions.")
+        hint = ("in a pipelined broadcast each device passes on what it receives, and in a "
+                "pipelined reduce each device adds its own gradients to what it receives and "
+                "passes the sum on, until it reaches the master: count what leaves and enters the "
+                "master, then every hop from one device to the next.")
     return report(None if answer is None else values == expected,
-                  f"pipelined broadcast and reduce: the master's link carries one model out and "
-                  f"one model of gradients in ({expected[0]:,} bytes), and each of the "
-                  f"{num_devices - 1} links carries both: {expected[1]:,} bytes over all links, "
-                  "every step.", hint, answer)
+                  f"pipelined broadcast and reduce: the master sends one model and receives one "
+                  f"model of gradients ({expected[0]:,} bytes), and the broadcast and the reduce "
+                  f"each make {num_devices - 1} hops of one model: {expected[1]:,} bytes over all "
+                  "links, every step.", hint, answer)
 
 
 def check_global_batch_mean(answer):
     """Exercise 4: the mean SyncBatchNorm normalizes one channel with, from per-process chunks."""
-    rows, means = (4, 4, 2), (1.0, 2.0, 4.0)
+    rows, means = (4, 4, 2), (1.0, 2.0, 5.0)
     expected = sum(r * m for r, m in zip(rows, means)) / sum(rows)
     ok = None
     if answer is not None and not is_real(answer):

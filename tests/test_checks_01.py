@@ -220,6 +220,13 @@ def allreduce_no_to(data):  # right on CPUs only: on GPUs, adding across devices
         data[i][:] = data[0]
 
 
+def allreduce_float64_only(data):  # right on the float64 probes, wrong on float32 gradients
+    allreduce_right(data)
+    if data[0].dtype == torch.float32:
+        for t in data:
+            t *= 7
+
+
 def test_allreduce_right(capsys):
     assert_right(capsys, checks.check_allreduce, allreduce_right)
 
@@ -229,6 +236,7 @@ def test_allreduce_right(capsys):
     (allreduce_rebinds, "in place"), (allreduce_nothing, "should hold their sum"),
     (split_crashes, "raised"), (3, "function itself"),
     (allreduce_no_to, "same device"),
+    (allreduce_float64_only, "full-batch"),   # only the training step can catch this one
 ])
 def test_allreduce_wrong(capsys, wrong, words):
     assert_wrong(capsys, checks.check_allreduce, wrong, words)

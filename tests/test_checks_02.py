@@ -9,31 +9,34 @@ from support.checks import assert_help_hides, assert_right, assert_unanswered, a
 
 
 @pytest.mark.parametrize("check, right", [
-    (checks.check_scalar_loss_shape, (3,)),
-    (checks.check_scalar_loss_shape, torch.Size([3])),
+    (checks.check_scalar_loss_shape, (4,)),
+    (checks.check_scalar_loss_shape, torch.Size([4])),
     (checks.check_replica_loss_weights, [4 / 14, 4 / 14, 4 / 14, 2 / 14]),
     (checks.check_replica_loss_weights, (2 / 7, 2 / 7, 2 / 7, 1 / 7)),
     (checks.check_replica_loss_weights, torch.tensor([4, 4, 4, 2]) / 14),
     (checks.check_broadcast_bytes, (8_000_000, 24_000_000)),
-    (checks.check_global_batch_mean, 2.0),
-    (checks.check_global_batch_mean, 2),
+    (checks.check_global_batch_mean, 2.2),
+    (checks.check_global_batch_mean, 11 / 5),
+    (checks.check_replica_loss_weights, [0.286, 0.286, 0.286, 0.143]),   # rounded: sum 1.001
+    (checks.check_replica_loss_weights, [0.2861, 0.2855, 0.2855, 0.1429]),  # off by 6e-4
+    (checks.check_replica_loss_weights, [0.29, 0.29, 0.29, 0.14]),      # two decimals
 ])
 def test_right_answers_pass(capsys, check, right):
     assert_right(capsys, check, right)
 
 
 @pytest.mark.parametrize("check, wrong", [
-    (checks.check_scalar_loss_shape, (3.9,)),      # int() would truncate this to 3
-    (checks.check_scalar_loss_shape, (3.0,)),
-    (checks.check_scalar_loss_shape, (4,)),        # one per device: not every device gets rows
+    (checks.check_scalar_loss_shape, (4.9,)),      # int() would truncate this to 4
+    (checks.check_scalar_loss_shape, (4.0,)),
+    (checks.check_scalar_loss_shape, (5,)),        # one per device: not every device gets rows
+    (checks.check_scalar_loss_shape, (3,)),        # 7 // 2 chunks: forgot the last, short one
     (checks.check_scalar_loss_shape, ()),          # a scalar
-    (checks.check_scalar_loss_shape, 3),           # a number, not a shape
-    (checks.check_scalar_loss_shape, "(3,)"),
+    (checks.check_scalar_loss_shape, 4),           # a number, not a shape
+    (checks.check_scalar_loss_shape, "(4,)"),
     (checks.check_scalar_loss_shape, (True,)),
     (checks.check_replica_loss_weights, [1 / 4] * 4),
     (checks.check_replica_loss_weights, [4, 4, 4, 2]),
-    (checks.check_replica_loss_weights, [0.286, 0.286, 0.286, 0.143]),   # rounded: sum 1.001
-    (checks.check_replica_loss_weights, [0.2861, 0.2855, 0.2855, 0.1429]),  # sum 1, off by 6e-4
+    (checks.check_replica_loss_weights, [0.3, 0.3, 0.3, 0.1]),       # rounded too far
     (checks.check_replica_loss_weights, [0.3, 0.3, 0.3]),
     (checks.check_replica_loss_weights, ["0.3", "0.3", "0.3", "0.1"]),
     (checks.check_replica_loss_weights, [True, True, True, False]),
@@ -47,11 +50,13 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_broadcast_bytes, (2_000_000, 6_000_000)),    # parameters, not bytes
     (checks.check_broadcast_bytes, (8_000_000, 8_000_000)),    # the master's link only
     (checks.check_broadcast_bytes, {8_000_000: 0, 24_000_000: 1}),   # a dict is no answer
-    (checks.check_scalar_loss_shape, {3}),
-    (checks.check_global_batch_mean, 7 / 3),     # the plain mean of the means
+    (checks.check_scalar_loss_shape, {4}),
+    (checks.check_global_batch_mean, 8 / 3),     # the plain mean of the means
     (checks.check_global_batch_mean, 1.0),       # one process's own mean
-    (checks.check_global_batch_mean, 2.001),
-    (checks.check_global_batch_mean, "2.0"),
+    (checks.check_global_batch_mean, 2.0),       # another process's own mean
+    (checks.check_global_batch_mean, 5.0),
+    (checks.check_global_batch_mean, 2.201),
+    (checks.check_global_batch_mean, "2.2"),
     (checks.check_global_batch_mean, True),
 ])
 def test_typical_wrong_answers_fail(capsys, check, wrong):
@@ -64,8 +69,8 @@ def test_hints_do_not_give_the_answer_away(capsys):
         _, out = verdict(capsys, checks.check_broadcast_bytes, answer)
         assert "8,000,000" not in out and "24,000,000" not in out and "collective_bytes" not in out
         assert "once" not in out, out
-    _, out = verdict(capsys, checks.check_scalar_loss_shape, (4,))
-    assert "(3,)" not in out and "= 2" not in out, out
+    _, out = verdict(capsys, checks.check_scalar_loss_shape, (5,))
+    assert "(4,)" not in out and "= 2" not in out, out
 
 
 @pytest.mark.parametrize("check", [checks.check_scalar_loss_shape,

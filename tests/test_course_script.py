@@ -29,14 +29,16 @@ def test_stamp_changes_with_the_extras():
 
 def test_lab_installs_the_course_extra_and_test_adds_the_test_extra(monkeypatch):
     """`lab` must install what the notebooks import (the `course` extra, see
-    test_notebook_imports.py); `test` adds the test tools on top."""
+    test_notebook_imports.py); `test` adds the test tools and nbgrader on top (the tests build
+    and grade notebooks); `grade` adds nbgrader."""
     seen = []
     monkeypatch.setattr(course, "ensure_venv", seen.append)
     monkeypatch.setattr(course, "install_lab_settings", lambda: None)
     monkeypatch.setattr(course.subprocess, "call", lambda *a, **k: 0)
     course.lab([])
     course.test([])
-    assert seen == [["course"], ["course", "test"]]
+    course.grade([])
+    assert seen == [["course"], ["course", "instructor", "test"], ["course", "instructor"]]
 
 
 def test_readme_commands_and_ci_agree():

@@ -1,11 +1,18 @@
-"""dltools.exercises.call_with_time_limit: the time limit every check puts on a learner's code."""
+"""dltools.exercises: the time limit every check puts on a learner's code
+(call_with_time_limit), and what a check does while a notebook is graded (report)."""
 import signal
 import threading
 import time
 
 import pytest
 
-from dltools.exercises import TimeLimitExceeded, call_with_time_limit
+from dltools.exercises import (
+    GRADING_ENV,
+    NotCorrect,
+    TimeLimitExceeded,
+    call_with_time_limit,
+    report,
+)
 
 
 def test_a_function_within_the_limit_returns_its_value_and_leaves_no_interrupt_behind():
@@ -61,3 +68,19 @@ def test_a_function_that_ends_as_the_limit_fires_does_not_leak_the_interrupt():
 def test_a_sleep_is_stopped():
     with pytest.raises(TimeLimitExceeded):
         call_with_time_limit(0.5, time.sleep, 3600)
+
+
+@pytest.mark.parametrize("ok, answer, says", [
+    (False, 3, "Not yet: try again"),
+    (None, None, "Not answered yet: replace None with your answer."),
+    (False, None, "Not answered yet: replace None with your answer."),
+])
+def test_while_grading_an_answer_that_is_not_right_raises_after_its_sentence(
+        capsys, monkeypatch, ok, answer, says):
+    monkeypatch.setenv(GRADING_ENV, "1")
+    with pytest.raises(NotCorrect, match=says):
+        report(ok, "well done", "try again", answer)
+    assert capsys.readouterr().out == says + "\n"
+    assert report(True, "well done", "try again", 3) == True   # noqa: E712 (a Verdict)
+    monkeypatch.delenv(GRADING_ENV)
+    assert report(ok, "well done", "try again", answer) == False   # noqa: E712

@@ -29,18 +29,17 @@ import nbformat
 import pytest
 
 from notebook_setup import BADGES_START, badges
+from notebook_versions import executed_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# The notebook that is edited and run: instructor/NN_*.ipynb where it exists (the student version
+# in notebooks/ is built from it: tests/test_versions.py), else notebooks/NN_*.ipynb.
+NOTEBOOKS = executed_notebooks()
 STEMS = [p.stem for p in NOTEBOOKS]
+SOURCE = dict(zip(STEMS, NOTEBOOKS))
 
 #: The checks each notebook does not pass yet (issues #32 to #36 convert them).
 NOT_YET = {
-    # exercises: nbgrader's solution markers and separate answer and check cells come with the
-    # instructor kit (issue #33)
-    "00_getting_started": {"exercises"},
-    "01_dp_intro": {"exercises"},
-    "02_dataparallel_internals": {"exercises"},
     "03_dp_vs_ddp": {"title cell", "plan table", "markdown sizes", "code sizes", "nbval markers",
                      "saved outputs", "exercises"},
     "04_multi_gpu_resnet": {"title cell", "plan table", "markdown sizes", "code sizes",
@@ -263,6 +262,16 @@ def check_exercises(nb):
             problems.append(f"exercise {number}: the answer cell has no nbgrader solution markers")
         if "check" not in check:
             problems.append(f"exercise {number}: the cell after the answer does not check it")
+        grader = [c.metadata.get("nbgrader", {}) for c in code[:2]]
+        if not grader[0].get("solution") or not grader[0].get("grade_id"):
+            problems.append(f"exercise {number}: the answer cell is not an nbgrader solution cell")
+        if not grader[1].get("grade") or not grader[1].get("locked") \
+                or not grader[1].get("grade_id"):
+            problems.append(f"exercise {number}: the check cell is not a locked nbgrader grade "
+                            f"cell")
+        elif grader[1].get("points") != points:
+            problems.append(f"exercise {number}: the check cell gives {grader[1].get('points')} "
+                            f"points, the prompt {points}")
         if re.search(r"^\s*def ", answer, re.M) and minutes < CODING_EXERCISE_MINUTES:
             problems.append(f"exercise {number}: a coding exercise of {minutes} min "
                             f"(at least {CODING_EXERCISE_MINUTES})")
@@ -335,7 +344,7 @@ def cases():
 
 @pytest.mark.parametrize("stem, check", list(cases()))
 def test_notebook_follows_the_lab_format(stem, check):
-    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    nb = nbformat.read(SOURCE[stem], as_version=4)
     problems = CHECKS[check](nb)
     assert not problems, f"{stem}: " + "\n".join(problems)
 
@@ -379,13 +388,22 @@ TITLE = """# 9 · A lab
 """ + badges("https://github.com/someone/dp-course", "09_lab.ipynb")
 
 
+ANSWER_CELL = {"grade": False, "grade_id": "ex1_answer", "locked": False, "schema_version": 3,
+               "solution": True, "task": False}
+CHECK_CELL = {"grade": True, "grade_id": "ex1_check", "locked": True, "points": 2,
+              "schema_version": 3, "solution": False, "task": False}
+
+
 def good_notebook():
-    return notebook(("md", TITLE), ("md", "## Setup"), ("code", "x = 1"),
-                    ("md", "## Splitting\nWe split."), ("code", "y = x + 1"),
-                    ("md", "### Exercise 1 · sizes (3 min, 2 points)\nWhat is y?"),
-                    ("code", "### BEGIN SOLUTION\nanswer = 2\n### END SOLUTION"),
-                    ("code", "checks.check_y(answer)"),
-                    ("md", "## Optional: deeper"), ("code", "z = y * 2"))
+    nb = notebook(("md", TITLE), ("md", "## Setup"), ("code", "x = 1"),
+                  ("md", "## Splitting\nWe split."), ("code", "y = x + 1"),
+                  ("md", "### Exercise 1 · sizes (3 min, 2 points)\nWhat is y?"),
+                  ("code", "### BEGIN SOLUTION\nanswer = 2\n### END SOLUTION"),
+                  ("code", "checks.check_y(answer)"),
+                  ("md", "## Optional: deeper"), ("code", "z = y * 2"))
+    nb.cells[6].metadata["nbgrader"] = dict(ANSWER_CELL)
+    nb.cells[7].metadata["nbgrader"] = dict(CHECK_CELL)
+    return nb
 
 
 def test_a_notebook_in_the_format_passes_every_check():
@@ -440,6 +458,11 @@ def title(*replacements):
     (lambda nb: nb.cells[5].__setitem__("source", "### Exercise 1 · sizes\nWhat is y?"),
      "exercises", "without"),
     (lambda nb: nb.cells[6].__setitem__("source", "answer = 2"), "exercises", "solution markers"),
+    (lambda nb: nb.cells[6].metadata.pop("nbgrader"), "exercises", "not an nbgrader solution"),
+    (lambda nb: nb.cells[7].metadata.nbgrader.__setitem__("locked", False), "exercises",
+     "not a locked nbgrader grade"),
+    (lambda nb: nb.cells[7].metadata.nbgrader.__setitem__("points", 1), "exercises",
+     "gives 1 points, the prompt 2"),
     (lambda nb: nb.cells[6].__setitem__("source", "### BEGIN SOLUTION\ndef f():\n    return 2\n"
                                         "### END SOLUTION"), "exercises", "coding exercise of 3"),
     (lambda nb: nb.cells.extend([nbformat.v4.new_markdown_cell("## Back to the core"),
@@ -464,7 +487,7 @@ def test_a_progress_bar_at_100_percent_passes():
 
 WITH_OPTIONAL = [stem for stem in STEMS
                  if any(kind == "optional" for _, kind, _ in sections(
-                     nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)))]
+                     nbformat.read(SOURCE[stem], as_version=4)))]
 
 
 def core_only(nb):
@@ -485,7 +508,7 @@ def test_the_core_path_runs_alone(stem):
     """COURSE_FORMAT.md: a notebook with every optional section removed runs top to bottom."""
     from nbclient import NotebookClient
 
-    path = ROOT / "notebooks" / f"{stem}.ipynb"
+    path = SOURCE[stem]
     nb = core_only(nbformat.read(path, as_version=4))
     assert len(nb.cells) < len(nbformat.read(path, as_version=4).cells)
     NotebookClient(nb, timeout=600, kernel_name="python3",
@@ -502,6 +525,5 @@ def test_notebook_00_lists_each_converted_notebooks_core_minutes():
     for stem in STEMS:
         if "plan table" in NOT_YET.get(stem, ()):
             continue
-        _, total = plan_rows(nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
-                             .cells[0].source)
+        _, total = plan_rows(nbformat.read(SOURCE[stem], as_version=4).cells[0].source)
         assert listed[stem[:2]] == total, (stem, listed[stem[:2]], total)

@@ -18,7 +18,9 @@ import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+# The student versions and their instructor sources (solutions can import too).
+NOTEBOOKS = sorted([*(ROOT / "notebooks").glob("*.ipynb"),
+                    *(ROOT / "instructor").glob("*.ipynb")])
 MODULES = sorted([*(ROOT / "notebooks").glob("*.py"), *(ROOT / "scripts").glob("*.py"),
                   *(ROOT / "dltools").rglob("*.py")])
 # Imported by name from the repository itself, never installed from PyPI.
@@ -155,7 +157,7 @@ def test_the_check_tells_lab_from_test(lab_installs):
 
 
 def test_every_declared_package_is_installed():
-    names = declared(["course", "test"])
+    names = declared(["course", "instructor", "test"])
     absent = []
     for name in sorted(names - {"dltools"}):
         try:

@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from test_notebook_format import NOT_YET, STEMS, exercises, plan_rows, sections
+from test_notebook_format import NOT_YET, SOURCE, STEMS, exercises, plan_rows, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "TEACHING.md"
@@ -28,7 +28,7 @@ def test_the_guide_covers_the_converted_notebooks():
 
 @pytest.mark.parametrize("stem", CONVERTED)
 def test_the_guide_gives_the_notebooks_plan_and_exercises(stem):
-    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    nb = nbformat.read(SOURCE[stem], as_version=4)
     section = guide_section(stem[:2])
     assert plan_rows(section) == plan_rows(nb.cells[0].source), (
         f"the plan table of {stem} in TEACHING.md differs from the notebook's")

@@ -2,7 +2,10 @@
 Colab / Kaggle" badges (at the end of its first cell) and its figures as cell attachments, which
 render in JupyterLab, on GitHub, Colab and Kaggle without the repository's images/ beside them.
 
-    .venv/bin/python tools/notebook_setup.py      # rewrite the notebooks in notebooks/
+    .venv/bin/python tools/notebook_setup.py      # rewrite every notebook's source
+
+A notebook's source is instructor/NN_*.ipynb where it exists (its student version in notebooks/ is
+built from it: tools/notebook_versions.py), else notebooks/NN_*.ipynb.
 
 The course's repository is named in one place, ``[project.urls] Repository`` in pyproject.toml: the
 set-up cell clones it where the course's files are missing (Colab, Kaggle; ``DP_COURSE_REPO``
@@ -18,8 +21,9 @@ from pathlib import Path
 
 import nbformat
 
+from notebook_versions import executed_notebooks
+
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
 SETUP_TAG = "course-setup"
 BADGES_START = "<!-- badges -->"
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
@@ -121,7 +125,8 @@ def set_up(nb, name, url):
 
 
 def notebooks():
-    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    """The notebooks this tool rewrites: each one's source (see tools/notebook_versions.py)."""
+    return executed_notebooks()
 
 
 def main(paths=None):

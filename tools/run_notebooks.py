@@ -1,7 +1,11 @@
 """Re-run notebooks top to bottom and save them with their outputs, ready to commit.
 
     .venv/bin/python tools/run_notebooks.py notebooks/01_dp_intro.ipynb [more.ipynb ...]
-    .venv/bin/python tools/run_notebooks.py            # every notebook in notebooks/
+    .venv/bin/python tools/run_notebooks.py            # every notebook
+
+A notebook with an instructor source (instructor/NN_*.ipynb, tools/notebook_versions.py) is run
+there, whichever of the two paths is given, and its student version in notebooks/ is then built
+from that one run.
 
 Outputs are cleared first and the kernel is fresh, so execution counts run 1..N; the same
 environment variables as the test run are set (tools/notebook_env.py, which conftest.py
@@ -17,6 +21,7 @@ from nbconvert.preprocessors import ExecutePreprocessor
 
 # tools/notebook_env.py: Python puts a script's own folder on sys.path.
 from notebook_env import apply_notebook_env
+from notebook_versions import INSTRUCTOR, build, executed_notebooks, source_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +29,7 @@ KERNELSPEC = {"name": "python3", "display_name": "Python 3 (dp-course)", "langua
 
 
 def run(path):
-    path = Path(path).resolve()
+    path = source_of(Path(path).resolve())
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -40,10 +45,12 @@ def run(path):
     counts = [c.execution_count for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     assert counts == list(range(1, len(counts) + 1)), f"{path.name}: execution counts {counts}"
     print(f"{path.relative_to(ROOT)}: {len(counts)} cells in {time.perf_counter() - t:.1f} s")
+    if path.parent == INSTRUCTOR:
+        print(f"built {build(path).relative_to(ROOT)} from it")
 
 
 if __name__ == "__main__":
     apply_notebook_env(os.environ)
-    paths = sys.argv[1:] or sorted(str(p) for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    paths = sys.argv[1:] or executed_notebooks()
     for p in paths:
         run(p)
