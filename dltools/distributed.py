@@ -24,6 +24,7 @@ from .launch import (
     TorchrunError,
     WorkerError,
     WorkerTimeoutError,
+    captured_stderr,
     launch,
     run_torchrun,
     setup_process_group,
@@ -37,7 +38,8 @@ __all__ = ["ring_all_reduce", "naive_all_reduce", "ring_traffic_per_rank",
            "naive_traffic_at_root", "alpha_beta_time", "check_all_reduce", "time_all_reduce",
            "collectives_demo", "rank_info", "run_in_sequence", "raise_on_rank", "hang_on_rank",
            # from dltools.launch:
-           "launch", "run_torchrun", "WorkerError", "WorkerTimeoutError", "TorchrunError",
+           "launch", "run_torchrun", "captured_stderr", "WorkerError", "WorkerTimeoutError",
+           "TorchrunError",
            "single_process_group", "setup_process_group", "threads_per_process",
            "DEFAULT_TIMEOUT",
            # from dltools.devices:

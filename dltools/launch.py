@@ -45,7 +45,35 @@ import torch.distributed as dist
 from .devices import backend_for, num_gpus, rank_device, usable_cores
 
 __all__ = ["WorkerError", "WorkerTimeoutError", "TorchrunError", "setup_process_group", "launch",
-           "threads_per_process", "single_process_group", "run_torchrun", "descendants"]
+           "threads_per_process", "single_process_group", "run_torchrun", "descendants",
+           "captured_stderr"]
+
+@contextlib.contextmanager
+def captured_stderr():
+    """Collect what this process and the processes it starts write to standard error (file
+    descriptor 2) while the block runs, instead of showing it. Yields a list that holds the text
+    once the block ends: a notebook can then print the line that matters, not a red page.
+
+    >>> import subprocess, sys
+    >>> with captured_stderr() as err:
+    ...     _ = subprocess.run([sys.executable, "-c", "import sys; sys.exit('child: no luck')"])
+    >>> err[0].strip()
+    'child: no luck'
+    """
+    captured = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.append(sink.read().decode(errors="replace"))
+
 
 #: Default seconds a collective may wait for a peer.
 DEFAULT_TIMEOUT = 60.0
