@@ -24,6 +24,7 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import ClearSolutions, ComputeChecksums, LockCells
+from nbgrader.utils import is_grade, is_solution
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTRUCTOR = ROOT / "instructor"
@@ -55,11 +56,13 @@ def executed_notebooks():
 
 
 def is_answer_cell(cell):
-    return cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution", False)
+    """An exercise's answer cell: a code cell nbgrader counts as a solution cell."""
+    return cell.cell_type == "code" and is_solution(cell)
 
 
 def is_check_cell(cell):
-    return cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade", False)
+    """An exercise's check cell: a code cell nbgrader grades."""
+    return cell.cell_type == "code" and is_grade(cell)
 
 
 def printed_unanswered(source, folder):
