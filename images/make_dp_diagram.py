@@ -4,7 +4,9 @@
     .venv/bin/python images/make_dp_diagram.py OUT_DIR    # writes into OUT_DIR
 
 Left: data parallelism as ``nn.DataParallel`` does it (the "parameter-server" shape: one main
-device scatters the batch, gathers the outputs, sums the gradients and updates the parameters).
+device, device 0, scatters the batch, gathers the outputs, holds the summed gradients and updates the
+parameters). The parameters travel as NCCL moves them on GPUs: a broadcast along a chain of devices,
+and a reduce around the ring into device 0 (notebook 02 counts the bytes of each hop).
 Right: model parallelism, for contrast (the layers are split, the whole batch visits each device).
 The PNG is written without a timestamp or software tag, so rerunning the script gives the same file.
 """
@@ -35,27 +37,37 @@ def _arrow(ax, start, end, color="black", style="-|>", ls="-", rad=0.0):
 def _data_parallel(ax, num_devices=3, batch=12):
     ax.set_title("Data parallelism (nn.DataParallel)", fontsize=11, weight="bold")
     chunk = -(-batch // num_devices)
-    _box(ax, 0.3, 8.6, 9.4, 0.9, f"mini-batch of {batch} rows  →  split along dim 0 into "
-         f"{num_devices} chunks of {chunk}", DATA)
-    _box(ax, 2.3, 6.2, 5.4, 1.6, "main device (device_ids[0])\nmodel parameters + optimizer\n"
-         "① scatter inputs  ② replicate model", MAIN, fontsize=8.5)
-    _arrow(ax, (5, 8.6), (5, 7.8))
+    _box(ax, 0.3, 8.7, 9.4, 0.8, f"mini-batch of {batch} rows on device 0  →  split along dim 0 "
+         f"into {num_devices} chunks of {chunk}", DATA)
     xs = [0.3 + i * (9.4 / num_devices) for i in range(num_devices)]
-    w = 9.4 / num_devices - 0.4
+    w = 9.4 / num_devices - 0.8
+    y, h = 4.3, 2.9
     for i, x in enumerate(xs):
-        copy_text = "replica 0 = main copy" if i == 0 else "full model copy"
         rows = f"rows {i * chunk}–{(i + 1) * chunk - 1}"
-        _box(ax, x, 2.8, w, 2.0, f"device {i}\n{copy_text}\n{rows}\n③ forward",
-             MAIN if i == 0 else REPLICA, fontsize=8.5)
-        _arrow(ax, (4.2 + 0.4 * i, 6.2), (x + w / 2 - 0.3, 4.8), color="tab:blue")
-        _arrow(ax, (x + w / 2 + 0.3, 4.8), (4.8 + 0.4 * i, 6.2), color="tab:red", ls="--")
-    ax.text(0.2, 5.55, "blue: parameters\nand input chunks\ngo out", fontsize=7.5, color="tab:blue",
-            va="center")
-    ax.text(9.8, 5.55, "red: outputs come back;\nin backward, gradients\nare summed here",
-            fontsize=7.5, color="tab:red", va="center", ha="right")
-    _box(ax, 0.3, 0.3, 9.4, 1.7, "on the main device: ④ gather outputs → loss on the whole batch\n"
-         "⑤ backward: every replica's gradients are summed into the main copy\n"
-         "⑥ optimizer step updates the main copy (replicated again next batch)", MAIN, fontsize=8.5)
+        if i == 0:
+            text = (f"device 0: main device\n(device_ids[0])\nmodel + optimizer\n"
+                    f"replica 0: the model\n{rows}  ③ forward")
+        else:
+            text = f"device {i}\nreplica {i}:\na copy of the model\n{rows}  ③ forward"
+        _box(ax, x, y, w, h, text, MAIN if i == 0 else REPLICA, fontsize=7.6)
+    _arrow(ax, (xs[0] + w / 2, 8.7), (xs[0] + w / 2, y + h))
+    for i in range(num_devices - 1):   # the broadcast: a chain 0 → 1 → 2
+        _arrow(ax, (xs[i] + w, y + 2.1), (xs[i + 1], y + 2.1), color="tab:blue")
+    for i in range(1, num_devices - 1):   # the reduce: around the ring into device 0
+        _arrow(ax, (xs[i] + w, y + 0.8), (xs[i + 1], y + 0.8), color="tab:red", ls="--")
+    _arrow(ax, (xs[-1] + w / 2, y), (xs[0] + w / 2, y - 0.05), color="tab:red", ls="--", rad=-0.3)
+    ax.text(2.0, 8.1, "② replicate (blue): the parameters are broadcast along "
+            "a chain", fontsize=7.8, color="tab:blue")
+    ax.text(2.0, 7.6, "① scatter, ④ gather: chunks go out from device 0, "
+            "outputs come back", fontsize=7.8, color="dimgray")
+    ax.text(5.0, 2.45, "⑤ in backward (red): the gradients are summed on their way round "
+            "the ring into device 0", fontsize=7.8, color="tab:red", ha="center")
+    _box(ax, 0.3, 0.2, 9.4, 1.6, "on device 0: ④ gather the outputs → loss on the whole batch\n"
+         "⑤ backward: every replica's gradients are summed into the model's .grad\n"
+         "⑥ optimizer step updates the model (replicated again next batch)", MAIN, fontsize=8.5)
+    ax.text(5.0, -0.35, "the chain and the ring are NCCL's way on GPUs; "
+            "without NCCL, device 0 sends and receives every copy itself", fontsize=7.5,
+            ha="center", style="italic")
 
 
 def _model_parallel(ax, num_devices=3, batch=12):

@@ -61,8 +61,13 @@ def check_replica_loss_weights(answer):
             got = torch.tensor(values, dtype=torch.float64)
             # Right to two decimals is right: 0.29 for 4/14 (a fraction such as 4 / 14 is exact).
             ok = torch.allclose(got, expected, rtol=0, atol=5e-3)
+            even = [batch // num_devices + (j < batch % num_devices) for j in range(num_devices)]
             if not ok and torch.allclose(got, torch.tensor(sizes, dtype=torch.float64)):
                 hint = "those are the row counts; weights that sum to 1 give a mean."
+            elif not ok and torch.allclose(got, torch.tensor(even, dtype=torch.float64) / batch,
+                                           rtol=0, atol=5e-3):
+                hint = (f"torch.chunk does not share the rows out evenly ({even}): every chunk "
+                        f"but the last has ceil({batch} / {num_devices}) rows.")
             elif not ok and abs(got.sum().item() - 1) > 1e-2:
                 hint = "weights that give a mean add up to 1."
     return report(ok, f"chunks {sizes} of {batch} rows: weight each replica's mean by its share of "

@@ -63,6 +63,11 @@ def test_typical_wrong_answers_fail(capsys, check, wrong):
     assert_wrong(capsys, check, wrong)
 
 
+def test_an_even_split_is_told_how_torch_chunk_cuts(capsys):
+    ok, out = verdict(capsys, checks.check_replica_loss_weights, [4 / 14, 4 / 14, 3 / 14, 3 / 14])
+    assert ok is False and "ceil(14 / 4)" in out and "[4, 4, 3, 3]" in out
+
+
 def test_hints_do_not_give_the_answer_away(capsys):
     for answer in ((1_000_000, 3_000_000), (4_000_000, 12_000_000), (4_000_000, 4_000_000),
                    (3, 3)):
