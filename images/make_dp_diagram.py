@@ -4,9 +4,9 @@
     .venv/bin/python images/make_dp_diagram.py OUT_DIR    # writes into OUT_DIR
 
 Left: data parallelism as ``nn.DataParallel`` does it (the "parameter-server" shape: one main
-device, device 0, scatters the batch, gathers the outputs, holds the summed gradients and updates the
-parameters). The parameters travel as NCCL moves them on GPUs: a broadcast along a chain of devices,
-and a reduce around the ring into device 0 (notebook 02 counts the bytes of each hop).
+device, device 0, scatters the batch, gathers the outputs, holds the summed gradients and updates
+the parameters). The parameters travel as NCCL moves them on GPUs: a broadcast along a chain of
+devices, and a reduce around the ring into device 0 (notebook 02 counts the bytes of each hop).
 Right: model parallelism, for contrast (the layers are split, the whole batch visits each device).
 The PNG is written without a timestamp or software tag, so rerunning the script gives the same file.
 """

@@ -60,8 +60,8 @@ def check_dp_wrapped_key(answer):
         hint = ("that is the key of the plain network; what is the wrapped network's attribute "
                 "called?")
     else:
-        hint = ("Sequential names its layers 0, 1, 2 (ReLU is number 1 and has no parameters); "
-                "print list(net.state_dict()) to see the keys.")
+        hint = ("a key is <wrapper's attribute>.<layer's index>.<parameter>; Sequential numbers "
+                "its layers 0, 1, 2 (ReLU is number 1 and has no parameters).")
     return report(None if answer is None else answer == expected,
                   f"the wrapper stores the network as .module, so every key gains 'module.': "
                   f"{expected!r}.", hint, answer)

@@ -65,6 +65,9 @@ def test_hints_do_not_give_the_answer_away(capsys):
     for answer in ([2, 1, 1], [1, 1, 1], [11, 11, 10]):
         _, out = verdict(capsys, checks.check_dp_last_batch, answer)
         assert "2, 2" not in out and " 4 " not in out and "= 2" not in out, out
+    for answer in ("module.1.bias", "net.2.bias", "bias"):   # the prompt forbids printing the keys
+        _, out = verdict(capsys, checks.check_dp_wrapped_key, answer)
+        assert "module.2" not in out and "print" not in out, out
 
 
 @pytest.mark.parametrize("check", [checks.check_dp_chunk_sizes, checks.check_dp_last_batch,

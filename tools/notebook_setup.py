@@ -77,13 +77,12 @@ def badges(url, notebook_name, branch="main"):
     ...     print(link)
     https://colab.research.google.com/github/someone/dp-course/blob/main/notebooks/01_dp_intro.ipynb
     https://kaggle.com/kernels/welcome?src=https://github.com/someone/dp-course/blob/main/notebooks/01_dp_intro.ipynb
-    >>> "Repository" in badges("", "01_dp_intro.ipynb")    # not set yet: says what to set
+    >>> "README.md" in badges("", "01_dp_intro.ipynb")    # not set yet: says where to read on
     True
     """
     if not url:
-        return (f"{BADGES_START}\n*Open in Colab or Kaggle:* the badges appear here once "
-                "`[project.urls] Repository` in the course's `pyproject.toml` names its GitHub "
-                "repository.")
+        return (f"{BADGES_START}\n*Open in Colab or Kaggle:* once the course is on GitHub "
+                "(README.md).")
     m = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+?)(?:\.git)?", url)
     if not m:
         raise ValueError("the badges need a GitHub repository, https://github.com/OWNER/NAME; "
