@@ -58,12 +58,13 @@ def _data_parallel(ax, num_devices=3, batch=12):
     _arrow(ax, (xs[-1] + w / 2, y), (xs[0] + w / 2, y - 0.05), color="tab:red", ls="--", rad=-0.3)
     ax.text(2.0, 8.1, "② replicate (blue): the parameters are broadcast along "
             "a chain", fontsize=7.8, color="tab:blue")
-    ax.text(2.0, 7.6, "① scatter, ④ gather: chunks go out from device 0, "
-            "outputs come back", fontsize=7.8, color="dimgray")
-    ax.text(5.0, 2.45, "⑤ in backward (red): the gradients are summed on their way round "
+    ax.text(2.0, 7.6, "① scatter, ④ gather (not drawn): chunks go out from "
+            "device 0, outputs come back", fontsize=7.8, color="dimgray")
+    ax.text(5.0, 2.5, "⑤ in backward (red): the gradients are summed on their way round "
             "the ring into device 0", fontsize=7.8, color="tab:red", ha="center")
-    _box(ax, 0.3, 0.2, 9.4, 1.6, "on device 0: ④ gather the outputs → loss on the whole batch\n"
-         "⑤ backward: every replica's gradients are summed into the model's .grad\n"
+    _box(ax, 0.3, 0.0, 9.4, 2.0, "on device 0: ④ gather the outputs → loss on the whole batch\n"
+         "⑤ backward: the outputs' gradients go back out to the replicas,\n"
+         "and every replica's gradients are summed into the model's .grad\n"
          "⑥ optimizer step updates the model (replicated again next batch)", MAIN, fontsize=8.5)
     ax.text(5.0, -0.35, "the chain and the ring are NCCL's way on GPUs; "
             "without NCCL, device 0 sends and receives every copy itself", fontsize=7.5,
