@@ -4,6 +4,7 @@
     python3 course.py lab     # create/refresh .venv, register its kernel, start JupyterLab
     python3 course.py test    # create/refresh .venv, run unit tests, doctests and notebooks
     python3 course.py grade SUBMISSION.ipynb ... --out grades.csv   # for teachers: nbgrader
+    python3 course.py slides  # for teachers: each lab's core path as reveal.js slides
 
 Only the standard library is used here, so this runs on a machine that has nothing but Python
 3.11+. The first run installs PyTorch and friends (a few minutes); later runs reuse ``.venv`` and
@@ -11,6 +12,7 @@ start at once. ``lab`` installs the ``course`` extra (JupyterLab and everything 
 ``test`` adds the ``instructor`` and ``test`` extras. Extra arguments after ``test`` go to pytest,
 e.g. ``python3 course.py test notebooks/01_dp_intro.ipynb``. ``grade`` adds the ``instructor`` extra
 (nbgrader) and grades handed-in notebooks (tools/grade.py; ``grade --help`` lists its options).
+``slides`` builds the decks from the saved notebooks (tools/slides.py; ``slides --help``).
 """
 import hashlib
 import os
@@ -154,11 +156,16 @@ def grade(args):
     return subprocess.call([str(PY), str(ROOT / "tools" / "grade.py"), *args], env=venv_env())
 
 
+def slides(args):
+    ensure_venv(["course", "instructor"])
+    return subprocess.call([str(PY), str(ROOT / "tools" / "slides.py"), *args], env=venv_env())
+
+
 def main(argv):
-    if len(argv) < 1 or argv[0] not in ("lab", "test", "grade"):
+    if len(argv) < 1 or argv[0] not in ("lab", "test", "grade", "slides"):
         print(__doc__)
         return 2
-    return {"lab": lab, "test": test, "grade": grade}[argv[0]](argv[1:])
+    return {"lab": lab, "test": test, "grade": grade, "slides": slides}[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":

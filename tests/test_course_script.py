@@ -30,7 +30,7 @@ def test_stamp_changes_with_the_extras():
 def test_lab_installs_the_course_extra_and_test_adds_the_test_extra(monkeypatch):
     """`lab` must install what the notebooks import (the `course` extra, see
     test_notebook_imports.py); `test` adds the test tools and nbgrader on top (the tests build
-    and grade notebooks); `grade` adds nbgrader."""
+    and grade notebooks); `grade` and `slides` add nbgrader (slides leave out its answer cells)."""
     seen = []
     monkeypatch.setattr(course, "ensure_venv", seen.append)
     monkeypatch.setattr(course, "install_lab_settings", lambda: None)
@@ -38,7 +38,9 @@ def test_lab_installs_the_course_extra_and_test_adds_the_test_extra(monkeypatch)
     course.lab([])
     course.test([])
     course.grade([])
-    assert seen == [["course"], ["course", "instructor", "test"], ["course", "instructor"]]
+    course.slides([])
+    assert seen == [["course"], ["course", "instructor", "test"], ["course", "instructor"],
+                    ["course", "instructor"]]
 
 
 def test_readme_commands_and_ci_agree():

@@ -28,6 +28,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from lab_format import core_only, sections
 from notebook_setup import BADGES_START, badges
 from notebook_versions import executed_notebooks
 
@@ -66,19 +67,6 @@ def words(text):
     """Words a reader reads: tokens with a letter or digit (not table rules, not HTML comments)."""
     text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
     return [t for t in text.split() if re.search(r"\w", t)]
-
-
-def sections(nb):
-    """[(heading, kind, cells)]: the title cell first (core), then one entry per ``## `` heading."""
-    out = [("(title)", "core", [])]
-    for index, cell in enumerate(nb.cells):
-        heading = next((line[3:].strip() for line in cell.source.splitlines()
-                        if line.startswith("## ")), None) if cell.cell_type == "markdown" else None
-        if heading is not None and index > 0:
-            kind = "optional" if heading.lower().startswith("optional:") else "core"
-            out.append((heading, kind, []))
-        out[-1][2].append(cell)
-    return out
 
 
 def exercises(cells):
@@ -488,13 +476,6 @@ def test_a_progress_bar_at_100_percent_passes():
 WITH_OPTIONAL = [stem for stem in STEMS
                  if any(kind == "optional" for _, kind, _ in sections(
                      nbformat.read(SOURCE[stem], as_version=4)))]
-
-
-def core_only(nb):
-    """The notebook with every optional section removed (the title cell kept)."""
-    core = nbformat.v4.new_notebook(metadata=nb.metadata)
-    core.cells = [cell for _, kind, cells in sections(nb) if kind == "core" for cell in cells]
-    return core
 
 
 def test_core_only_drops_the_optional_sections():
