@@ -529,7 +529,8 @@ def _check_on_source(module, src_device):
             raise RuntimeError(
                 f"module must have its parameters and buffers on device {src_device} "
                 f"(device_ids[0]) but found one of them on device: {t.device}; "
-                f"call .to({str(src_device)!r}) on the model before wrapping it")
+                f"call .to({str(src_device)!r}) on the model (or the wrapper) before its first "
+                "forward")
 
 
 @contextlib.contextmanager

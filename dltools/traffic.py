@@ -124,7 +124,8 @@ def dp_step_bytes(module, inputs, num_devices, dim=0):
     ``DataParallel`` runs them, plus ``'step'`` (their sum) and ``'replicas'`` (``k``, the number
     of devices that get rows: fewer than ``num_devices`` for a small batch):
 
-    * ``scatter``: input chunks 1..k-1 copied from the master to their devices;
+    * ``scatter``: input chunks 1..k-1 copied from the master to their devices (the batch is on
+      the master, as in the notebooks; a batch in host memory goes to each GPU straight from there);
     * ``broadcast``: parameters and buffers to the k replicas (``broadcast_coalesced``; pipelined,
       so the master sends one copy and all links carry ``k - 1``);
     * ``gather``: outputs of replicas 1..k-1 copied to the master;
