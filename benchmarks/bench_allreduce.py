@@ -15,8 +15,9 @@ side), which a shared machine's load disturbs far less than a ratio of medians. 
 / processes torch threads (at least 1, ``torch.set_num_threads`` in the worker), so the ranks do not
 oversubscribe the cores; ``--threads-per-rank`` overrides it. The threads, cores, load average,
 torch version and sizes are printed with the table. Bandwidth here is *algorithm bandwidth*: tensor
-bytes / seconds. The alpha-beta fits use the models in ``dltools.distributed.alpha_beta_time``: ring
-(and gloo, whose CPU all-reduce is also ring-like) ``2(N-1) alpha + 2(N-1)/N bytes beta``; naive
+bytes / seconds. The alpha-beta fits use the models in ``dltools.distributed.alpha_beta_time``:
+the course's ring ``ring_messages alpha + 2(N-1)/N bytes beta`` (its large reduce-scatter chunks
+travel in up to 8 pieces), gloo's own (also ring-like) ``2(N-1) alpha + 2(N-1)/N bytes beta``; naive
 ``2(N-1) (alpha + bytes beta)``, fitted by least squares on relative error.
 """
 import _common
@@ -73,13 +74,18 @@ def paired_ratios(samples_a, samples_b):
 def fit_alpha_beta(sizes, seconds, world_size, algorithm):
     """Least-squares ``alpha`` (s per message) and ``beta`` (s per byte) on relative error."""
     import numpy as np
+
+    from dltools.distributed import ring_messages
     n = world_size
     if algorithm == "naive":
-        msgs, bytes_factor = 2 * (n - 1), 2 * (n - 1)
-    else:
-        msgs, bytes_factor = 2 * (n - 1), 2 * (n - 1) / n
+        msgs, bytes_factor = [2 * (n - 1)] * len(sizes), 2 * (n - 1)
+    elif algorithm == "ring":   # the course's ring: a large reduce-scatter chunk goes in pieces
+        msgs, bytes_factor = [ring_messages(s, n) for s in sizes], 2 * (n - 1) / n
+    else:                       # gloo's own: the textbook ring's 2 (N - 1) messages
+        msgs, bytes_factor = [2 * (n - 1)] * len(sizes), 2 * (n - 1) / n
     t = np.asarray(seconds, dtype=float)
-    A = np.stack([np.full_like(t, msgs), bytes_factor * np.asarray(sizes, dtype=float)], axis=1)
+    A = np.stack([np.asarray(msgs, dtype=float), bytes_factor * np.asarray(sizes, dtype=float)],
+                 axis=1)
     (alpha, beta), *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
     return float(alpha), float(beta)
 

@@ -35,7 +35,8 @@ from .timing import synchronize
 from .traffic import collective_bytes
 
 __all__ = ["ring_all_reduce", "naive_all_reduce", "ring_traffic_per_rank",
-           "naive_traffic_at_root", "alpha_beta_time", "check_all_reduce", "time_all_reduce",
+           "naive_traffic_at_root", "ring_messages", "alpha_beta_time", "simulate_all_reduce",
+           "count_ring_sends", "check_all_reduce", "time_all_reduce",
            "collectives_demo", "rank_info", "run_in_sequence", "raise_on_rank", "hang_on_rank",
            # from dltools.launch:
            "launch", "run_torchrun", "captured_stderr", "WorkerError", "WorkerTimeoutError",
@@ -109,9 +110,13 @@ def _pieces(chunk):
     The sender and the receiver of a chunk hold chunks of the same size, so they cut the same
     pieces.
     """
-    if chunk.numel() == 0:
-        return ()
-    return torch.tensor_split(chunk, min(8, max(1, chunk.numel() // PIECE_NUMEL)))
+    count = _piece_count(chunk.numel())
+    return torch.tensor_split(chunk, count) if count else ()
+
+
+def _piece_count(numel):
+    """How many pieces :func:`_pieces` cuts a chunk of ``numel`` elements into."""
+    return min(8, max(1, numel // PIECE_NUMEL)) if numel else 0
 
 
 def _whole(chunk):
@@ -209,11 +214,35 @@ def naive_traffic_at_root(num_bytes, world_size):
     return volumes["root_received"] + volumes["root_sent"]
 
 
+def _chunk_numels(num_bytes, world_size):
+    """Elements of each chunk of a float32 tensor of ``num_bytes`` cut by ``torch.tensor_split``."""
+    numel = max(1, int(num_bytes) // 4)
+    return [numel // world_size + (1 if r < numel % world_size else 0) for r in range(world_size)]
+
+
+def ring_messages(num_bytes, world_size):
+    """Messages the busiest rank sends in :func:`ring_all_reduce` of a float32 tensor of
+    ``num_bytes``: one per piece in each reduce-scatter step (up to 8 for a large chunk), one per
+    chunk in each all-gather step. The textbook ring sends ``2 (N - 1)``.
+
+    >>> ring_messages(4_000, 4), ring_messages(2**24, 4)   # 16 MB: 3 steps of 8 pieces, then 3
+    (6, 27)
+    """
+    n = world_size
+    if n < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    sizes = _chunk_numels(num_bytes, n)
+    return max(sum(_piece_count(sizes[(r - s) % n]) + (1 if sizes[(r + 1 - s) % n] else 0)
+                   for s in range(n - 1)) for r in range(n))
+
+
 def alpha_beta_time(num_bytes, world_size, alpha, beta, algorithm="ring"):
     """Predicted all-reduce time in the alpha-beta model (``alpha`` s per message, ``beta`` s/byte).
 
-    ring: ``2 (N - 1)`` steps, each one message of ``num_bytes / N`` sent while one is received:
-    ``2 (N - 1) * alpha + 2 (N - 1) / N * num_bytes * beta``.
+    ring: ``2 (N - 1)`` steps, each sending ``num_bytes / N`` while as much is received, in
+    :func:`ring_messages` messages (a large reduce-scatter chunk travels in pieces):
+    ``ring_messages * alpha + 2 (N - 1) / N * num_bytes * beta`` (for a tensor of at least ``N``
+    elements; a smaller one leaves chunks empty, see :func:`simulate_all_reduce`).
     naive: rank 0 handles ``2 (N - 1)`` full messages one after the other:
     ``2 (N - 1) * (alpha + num_bytes * beta)``.
 
@@ -224,13 +253,113 @@ def alpha_beta_time(num_bytes, world_size, alpha, beta, algorithm="ring"):
     """
     n = world_size
     if algorithm == "ring":
-        return 2 * (n - 1) * alpha + ring_traffic_per_rank(num_bytes, n) * beta
+        return ring_messages(num_bytes, n) * alpha + ring_traffic_per_rank(num_bytes, n) * beta
     if algorithm == "naive":
         return 2 * (n - 1) * alpha + naive_traffic_at_root(num_bytes, n) * beta
     raise ValueError(f"algorithm must be 'ring' or 'naive', got {algorithm!r}")
 
 
+def simulate_all_reduce(algorithm, num_bytes, world_size, alpha, beta, piece_bytes=2**20):
+    """Seconds an all-reduce of a float32 tensor of ``num_bytes`` takes on a **simulated**
+    network, where every rank has its own full-duplex link: one message at a time out, one at a
+    time in, each taking ``alpha + bytes * beta``. Nothing is sent: the messages of each
+    algorithm are replayed, in their order, on that network (an event simulation).
+
+    - ``"ring"``, :func:`ring_all_reduce`: each step, every rank sends its chunk (in pieces, as
+      the real one) to its right neighbour; a rank starts a step when it and its neighbour have
+      finished the previous one.
+    - ``"naive"``, :func:`naive_all_reduce`: rank 0 receives the ``N - 1`` tensors one after
+      another on its one link, then sends the sum back the same way.
+    - ``"chain"``, DataParallel's way with NCCL: the gradients are reduced along the chain
+      ``1 -> 2 -> ... -> N-1 -> 0`` in pieces of ``piece_bytes`` (each rank adds its own and passes
+      a piece on as soon as it has it), then the parameters are broadcast along
+      ``0 -> 1 -> ... -> N-1`` the same way, once the reduce is complete.
+
+    >>> round(simulate_all_reduce("ring", 4_000, 4, alpha=1e-5, beta=1e-9), 9)   # 6 x 1000 B
+    6.6e-05
+    >>> round(simulate_all_reduce("naive", 4_000, 4, alpha=1e-5, beta=1e-9), 9)  # 6 x 4000 B
+    8.4e-05
+    """
+    n = world_size
+    if algorithm not in ("ring", "naive", "chain"):
+        raise ValueError(f"algorithm must be 'ring', 'naive' or 'chain', got {algorithm!r}")
+    if n < 1 or alpha < 0 or beta < 0 or piece_bytes < 4:
+        raise ValueError(f"need world_size >= 1, alpha, beta >= 0 and piece_bytes >= 4; got "
+                         f"{world_size}, {alpha}, {beta}, {piece_bytes}")
+    out_free, in_free = [0.0] * n, [0.0] * n     # when each rank's link is free, each way
+
+    def send(src, dst, size, ready):
+        start = max(ready, out_free[src], in_free[dst])
+        out_free[src] = in_free[dst] = start + alpha + size * beta
+        return out_free[src]
+
+    if n == 1:
+        return 0.0
+    size = max(1, int(num_bytes) // 4) * 4
+    if algorithm == "naive":
+        gathered = max(send(r, 0, size, 0.0) for r in range(1, n))
+        return max(send(0, r, size, gathered) for r in range(1, n))
+    if algorithm == "chain":
+        count = -(-size // int(piece_bytes))
+        pieces = [size // 4 // count * 4] * count
+        pieces[-1] += size - sum(pieces)
+        reduced = 0.0
+        for piece in pieces:                      # reduce: 1 -> 2 -> ... -> N-1 -> 0
+            arrived = 0.0
+            for src in range(1, n):
+                arrived = send(src, (src + 1) % n, piece, arrived)
+            reduced = max(reduced, arrived)
+        done = reduced
+        for piece in pieces:                      # broadcast: 0 -> 1 -> ... -> N-1
+            arrived = reduced
+            for src in range(n - 1):
+                arrived = send(src, src + 1, piece, arrived)
+            done = max(done, arrived)
+        return done
+    sizes = _chunk_numels(num_bytes, n)
+    done = [0.0] * n                              # when each rank finished its previous step
+    for phase in ("reduce-scatter", "all-gather"):
+        for s in range(n - 1):
+            finished = list(done)
+            for r in range(n):
+                numel = sizes[(r - s) % n] if phase == "reduce-scatter" else sizes[(r + 1 - s) % n]
+                pieces = _piece_count(numel) if phase == "reduce-scatter" else int(numel > 0)
+                ready = max(done[r], done[(r + 1) % n])
+                for i in range(pieces):
+                    piece = numel // pieces + (1 if i < numel % pieces else 0)
+                    end = send(r, (r + 1) % n, piece * 4, ready)
+                    finished[r] = max(finished[r], end)
+                    finished[(r + 1) % n] = max(finished[(r + 1) % n], end)
+            done = finished
+    return max(done)
+
+
 # ------------------------------------------------------------------ worker functions
+
+
+def count_ring_sends(num_bytes):
+    """Inside a process group: run :func:`ring_all_reduce` on a float32 tensor of ``num_bytes``
+    and count what this rank really posted: ``{"messages": ..., "bytes": ...}`` (every
+    ``isend``, recorded as it is made).
+
+    >>> with single_process_group():      # one rank sends nothing
+    ...     count_ring_sends(4000)
+    {'messages': 0, 'bytes': 0}
+    """
+    sent = []
+
+    class Recorded(dist.P2POp):
+        def __init__(self, op, tensor, *args, **kwargs):
+            if op is dist.isend:
+                sent.append(tensor.numel() * tensor.element_size())
+            super().__init__(op, tensor, *args, **kwargs)
+
+    real, dist.P2POp = dist.P2POp, Recorded
+    try:
+        ring_all_reduce(torch.ones(max(1, int(num_bytes) // 4), device=rank_device()))
+    finally:
+        dist.P2POp = real
+    return {"messages": len(sent), "bytes": sum(sent)}
 
 
 def rank_info():

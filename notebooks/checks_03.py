@@ -95,7 +95,8 @@ def check_padded_shards(answer):
                 "of the number of ranks and repeats indices from the start to fill the gap.")
     return report(None if answer is None else values == expected,
                   f"ceil({length} / {world_size}) = {expected[0]} indices per rank, "
-                  f"{expected[0] * world_size} in all: {expected[1]} indices appear twice.",
+                  f"{expected[0] * world_size} in all: {expected[1]} "
+                  f"{'index appears' if expected[1] == 1 else 'indices appear'} twice.",
                   hint, answer)
 
 

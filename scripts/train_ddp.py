@@ -52,7 +52,7 @@ class Trainer:
         return loss.detach()
 
     def _run_epoch(self, epoch):
-        self.sampler.set_epoch(epoch)  # without it, every epoch repeats the same order
+        self.sampler.set_epoch(epoch)  # before each epoch (notebook 03, exercise 3)
         total = torch.zeros(2, device=self.device)  # sum of batch losses, number of batches
         for X, y in self.loader:
             loss = self._run_batch(X.to(self.device), y.to(self.device))

@@ -143,14 +143,25 @@ def test_launch_workers_join_the_group_by_the_rule(monkeypatch, gpus, backend, d
 # ------------------------------------------------------------------ launch + all-reduce
 
 
+MESSAGE_SIZES = [4, 40, 4_000, 2**21]   # bytes; 2 MB: reduce-scatter chunks travel in pieces
+
+
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_ring_and_naive_match_builtin_all_reduce(world_size):
     calls = [(dd.rank_info, ()), (dd.collectives_demo, ()), (dd.check_all_reduce, (CHECK_SIZES,)),
              (dd.check_all_reduce, (CHECK_SIZES, torch.int64)), (subgroup_ring, ([1, 5, 10],)),
-             (dd.time_all_reduce, ([64, 4096], 2))]
+             (dd.time_all_reduce, ([64, 4096], 2)),
+             *[(dd.count_ring_sends, (b,)) for b in MESSAGE_SIZES]]
     results = dd.launch(dd.run_in_sequence, world_size, calls)
     assert len(results) == world_size
-    for rank, (info, demo, floats, ints, subgroup, times) in enumerate(results):
+    # The cost model counts the messages the ring really sends (its busiest rank's), and the bytes.
+    counted = [[r[6 + i] for r in results] for i in range(len(MESSAGE_SIZES))]
+    for num_bytes, ranks in zip(MESSAGE_SIZES, counted):
+        assert max(c["messages"] for c in ranks) == dd.ring_messages(num_bytes, world_size)
+        numel = max(1, num_bytes // 4)
+        assert sum(c["bytes"] for c in ranks) == 2 * (world_size - 1) * numel * 4
+    assert max(c["messages"] for c in counted[-1]) > 2 * (world_size - 1)   # pieces: > 2 (N - 1)
+    for rank, (info, demo, floats, ints, subgroup, times, *_) in enumerate(results):
         assert info["rank"] == rank and info["world_size"] == world_size  # rank order
         if not torch.cuda.is_available():
             assert (info["backend"], info["device"]) == ("gloo", "cpu")
@@ -159,10 +170,43 @@ def test_ring_and_naive_match_builtin_all_reduce(world_size):
         assert floats["ring_ok"] and floats["naive_ok"], floats
         assert ints["ring_ok"] and ints["naive_ok"] and ints["max_abs_diff"] == 0, ints
         assert subgroup
-        assert times == results[0][-1]  # every rank reports the slowest rank's times
+        assert times == results[0][5]  # every rank reports the slowest rank's times
         assert all(len(t) == 2 and min(t) > 0 for t in times.values())
     assert len({info["pid"] for info, *_ in results}) == world_size  # really separate processes
     assert_no_process_left()
+
+
+def test_simulated_network_replays_the_algorithms():
+    alpha, beta, size = 5e-6, 1e-10, 100e6
+    # The pipelined chain: each phase takes (pieces + N - 2) piece-times, pieces of 1 MiB.
+    pieces = -(-int(size) // 2**20)
+    for n in (2, 5, 16):
+        piece_time = alpha + size / pieces * beta
+        assert dd.simulate_all_reduce("chain", size, n, alpha, beta) == pytest.approx(
+            2 * (pieces + n - 2) * piece_time, rel=1e-3)
+    # Every algorithm moves about 2 (N - 1) S in all; spread over the links, ring and chain stay
+    # near 2 S beta, the root's link makes the naive one grow as N - 1.
+    at32 = {a: dd.simulate_all_reduce(a, size, 32, alpha, beta) for a in ("ring", "chain", "naive")}
+    assert at32["ring"] < at32["chain"] < 3 * size * beta < at32["naive"] / 10
+    for n in (2, 3, 4, 8, 16):
+        for algorithm in ("ring", "naive"):   # the event simulation agrees with the closed form
+            simulated = dd.simulate_all_reduce(algorithm, size, n, alpha, beta)
+            assert simulated == pytest.approx(dd.alpha_beta_time(size, n, alpha, beta, algorithm),
+                                              rel=1e-6), (algorithm, n)
+    ring = [dd.simulate_all_reduce("ring", size, n, alpha, beta) for n in (2, 32)]
+    naive = [dd.simulate_all_reduce("naive", size, n, alpha, beta) for n in (2, 32)]
+    assert ring[1] < 2.2 * ring[0] and ring[1] < 2 * size * beta * 1.1   # bounded: < 2 S beta
+    assert naive[1] > 30 * naive[0]                                        # N - 1 times
+    # Uneven chunks: a step lasts as long as its largest chunk, never shorter than the average.
+    assert dd.simulate_all_reduce("ring", 4 * 1001, 4, 0.0, 1.0) == 6 * 4 * 251
+    assert dd.simulate_all_reduce("ring", 40, 1, 1.0, 1.0) == 0.0
+    # One element on 4 ranks: no rank sends more than 2 messages, but the one non-empty chunk
+    # still makes 6 hops, one after the other (the closed form holds from N elements on).
+    assert dd.ring_messages(4, 4) == 2 and dd.simulate_all_reduce("ring", 4, 4, 1.0, 0.0) == 6
+    for bad in ({"algorithm": "tree"}, {"world_size": 0}, {"alpha": -1.0}, {"piece_bytes": 0}):
+        args = {"algorithm": "ring", "num_bytes": 8, "world_size": 2, "alpha": 0.0, "beta": 0.0}
+        with pytest.raises(ValueError):
+            dd.simulate_all_reduce(**{**args, **bad})
 
 
 def test_ring_all_reduce_is_in_place_and_keeps_shape():
@@ -190,7 +234,9 @@ def test_traffic_formulas():
     assert dd.naive_traffic_at_root(800, 8) == 11200
     for n in range(1, 100):  # the ring's volume per rank stays below twice the tensor
         assert dd.ring_traffic_per_rank(1.0, n) < 2
-    assert dd.alpha_beta_time(0, 4, alpha=1.0, beta=0.0) == 6  # 2 (N - 1) latencies
+    assert dd.alpha_beta_time(16_000, 4, alpha=1.0, beta=0.0) == 6  # 2 (N - 1) latencies
+    # A 16 MB tensor: each reduce-scatter chunk (1 M elements) travels in 8 pieces: 3 x 8 + 3.
+    assert dd.alpha_beta_time(2**24, 4, alpha=1.0, beta=0.0) == 27
     # Bandwidth terms: the ring moves 2(N-1)/N of the tensor per rank, the naive root 2(N-1) x it.
     assert dd.alpha_beta_time(1000, 4, alpha=0.0, beta=1.0) == 1500
     assert dd.alpha_beta_time(1000, 4, alpha=0.0, beta=1.0, algorithm="naive") == 6000

@@ -41,8 +41,6 @@ SOURCE = dict(zip(STEMS, NOTEBOOKS))
 
 #: The checks each notebook does not pass yet (issues #32 to #36 convert them).
 NOT_YET = {
-    "03_dp_vs_ddp": {"title cell", "plan table", "markdown sizes", "code sizes", "nbval markers",
-                     "exercises"},
     "04_multi_gpu_resnet": {"title cell", "plan table", "markdown sizes", "code sizes",
                             "nbval markers", "test machinery in prose", "saved outputs",
                             "exercises"},

@@ -103,6 +103,21 @@ def test_the_build_clears_the_solution_and_runs_the_check_on_none():
     assert "118" in nb.cells[0].source   # the source is left as it was
 
 
+def test_a_coding_exercise_starts_from_its_skeleton():
+    nb = exercise_notebook("### BEGIN SOLUTION\ndef f():\n    return 118\nanswer = f\n"
+                           "### END SOLUTION")
+    skeleton = "def f():\n    return None  # TODO\n\n\nanswer = None"
+    nb.cells[0].metadata["student_source"] = skeleton
+    built = student_version(nb)
+    assert built.cells[0].source == skeleton and "student_source" not in built.cells[0].metadata
+    assert "Not answered yet" in printed(built.cells[1])
+    assert nb.cells[0].metadata["student_source"] == skeleton   # the source is left as it was
+    for bad in ("def f():\n    return 118", "### BEGIN SOLUTION\nanswer = None"):
+        nb.cells[0].metadata["student_source"] = bad      # no placeholder, or a solution
+        with pytest.raises(ValueError, match="student_source"):
+            student_version(nb)
+
+
 def test_the_build_refuses_a_solution_outside_an_answer_cell():
     nb = exercise_notebook("### BEGIN SOLUTION\nanswer = 118\n### END SOLUTION",
                            answer_meta=False)

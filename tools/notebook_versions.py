@@ -7,7 +7,9 @@ strict nbval. The student version in ``notebooks/``, which learners open, is bui
 running it again:
 
 - nbgrader's own preprocessors clear each solution region (it becomes ``answer = None``), lock the
-  check cells and record their checksums, as ``nbgrader generate_assignment`` does;
+  check cells and record their checksums, as ``nbgrader generate_assignment`` does; a coding
+  exercise's answer cell may instead give the code students start from in its metadata
+  (``student_source``, which must hold ``answer = None``): a skeleton with ``TODO`` comments;
 - every other cell keeps the source and the saved outputs of the instructor run;
 - each check cell's output becomes what its check prints for ``answer = None`` (run here, in this
   process: ``Not answered yet: ...``).
@@ -82,8 +84,10 @@ def student_version(nb):
     """The student version of instructor notebook ``nb`` (a new notebook; ``nb`` is unchanged)."""
     nb = copy.deepcopy(nb)
     resources = {}
-    for step in (LockCells(), ClearSolutions(code_stub={"python": STUB}), ComputeChecksums()):
-        nb, resources = step.preprocess(nb, resources)
+    for step in (LockCells(), ClearSolutions(code_stub={"python": STUB}), _skeletons,
+                 ComputeChecksums()):
+        nb, resources = (step(nb, resources) if step is _skeletons
+                         else step.preprocess(nb, resources))
     for cell in nb.cells:
         if is_answer_cell(cell):
             cell.outputs = []
@@ -91,6 +95,19 @@ def student_version(nb):
             text = printed_unanswered(cell.source, STUDENT)
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
     return nb
+
+
+def _skeletons(nb, resources):
+    """Each answer cell with a ``student_source`` gets it as its source (after ClearSolutions)."""
+    for cell in nb.cells:
+        skeleton = cell.metadata.pop("student_source", None)
+        if skeleton is None:
+            continue
+        if not is_answer_cell(cell) or STUB not in skeleton or "SOLUTION" in skeleton:
+            raise ValueError(f"student_source belongs to an answer cell, holds {STUB!r} and no "
+                             f"solution: {cell.source[:60]!r}")
+        cell.source = skeleton
+    return nb, resources
 
 
 def build(path):
