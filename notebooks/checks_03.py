@@ -59,22 +59,36 @@ def check_per_rank_batch(answer):
                   "examples per process and step.", hint, answer)
 
 
-def check_without_set_epoch(answer):
-    """Exercise 3: what happens without ``sampler.set_epoch(epoch)`` (a letter)."""
-    letter = answer.strip().lower() if isinstance(answer, str) else None
-    if answer is not None and letter not in ("a", "b", "c", "d"):
-        return report(False, "", "answer with one letter: 'a', 'b', 'c' or 'd'.", answer)
-    hints = {
-        "a": "the sampler still gives each rank its own every-N-th share of the indices.",
-        "c": ("whether shards overlap depends on padding (a length that N does not divide), not on "
-              "the epoch: every rank draws the same permutation either way. What does the epoch "
-              "change?"),
-        "d": "nothing checks that set_epoch was called: training runs. What does the epoch change?",
-    }
-    return report(None if answer is None else letter == "b",
-                  "the permutation is seeded with seed + epoch, and the epoch stays 0: every epoch "
-                  "visits the examples in the same order (the shards themselves do not change).",
-                  hints.get(letter, ""), answer)
+def check_shard_without_set_epoch(answer):
+    """Exercise 3: how many different examples rank 1 sees in 10 epochs when the training loop
+    never calls ``sampler.set_epoch(epoch)`` (96 examples, 4 ranks, shuffle=True)."""
+    length, world_size, epochs, rank = 96, 4, 10, 1
+
+    def different(reseed):
+        sampler = DistributedSampler(range(length), num_replicas=world_size, rank=rank,
+                                     shuffle=True, seed=0)
+        seen = set()
+        for epoch in range(epochs):
+            if reseed:
+                sampler.set_epoch(epoch)
+            seen |= set(sampler)
+        return len(seen)
+
+    expected, with_set_epoch = different(False), different(True)
+    if answer is not None and not is_int(answer):
+        hint = "answer with a whole number (an int): a count of examples."
+    elif answer in (length, with_set_epoch):
+        hint = ("that needs a new permutation every epoch. Which argument of the permutation "
+                "changes from one epoch to the next, and who changes it?")
+    elif answer == epochs * length // world_size:
+        hint = "that counts visits; the question asks for different examples."
+    else:
+        hint = ("each epoch, rank 1 takes every 4th index of one permutation of the 96. "
+                "Does the permutation change between epochs here?")
+    return report(None if answer is None else (is_int(answer) and answer == expected),
+                  f"without set_epoch the permutation is the same every epoch, so rank 1 sees the "
+                  f"same {expected} examples ({length} / {world_size}) ten times; with it, "
+                  f"{with_set_epoch} different ones.", hint, answer)
 
 
 def check_padded_shards(answer):

@@ -13,8 +13,7 @@ from support.processes import assert_no_process_left
     (checks.check_ring_bytes_per_rank, 175),
     (checks.check_ring_bytes_per_rank, 175.0),
     (checks.check_per_rank_batch, 24),
-    (checks.check_without_set_epoch, "b"),
-    (checks.check_without_set_epoch, " B "),
+    (checks.check_shard_without_set_epoch, 24),
     (checks.check_padded_shards, (4, 1)),
     (checks.check_padded_shards, [4, 1]),
 ])
@@ -35,11 +34,11 @@ def test_right_answers_pass(capsys, check, right):
     (checks.check_per_rank_batch, 24.9),           # int() would truncate this to 24
     (checks.check_per_rank_batch, "24"),
     (checks.check_per_rank_batch, 384),
-    (checks.check_without_set_epoch, "c"),
-    (checks.check_without_set_epoch, "a"),
-    (checks.check_without_set_epoch, "d"),
-    (checks.check_without_set_epoch, "b) same order"),
-    (checks.check_without_set_epoch, 2),
+    (checks.check_shard_without_set_epoch, 96),    # thinks every epoch reshuffles
+    (checks.check_shard_without_set_epoch, 240),   # visits, not different examples
+    (checks.check_shard_without_set_epoch, 24.0),  # not an int
+    (checks.check_shard_without_set_epoch, "24"),
+    (checks.check_shard_without_set_epoch, 6),
     (checks.check_padded_shards, (3, 0)),          # drop_last=True
     (checks.check_padded_shards, (4, 0)),          # thinks the shards never overlap
     (checks.check_padded_shards, (3, 2)),          # the notebook's printed case, 10 on 4
@@ -53,11 +52,11 @@ def test_typical_wrong_answers_fail(capsys, check, wrong):
 
 
 @pytest.mark.parametrize("check", [checks.check_ring_bytes_per_rank, checks.check_per_rank_batch,
-                                   checks.check_without_set_epoch, checks.check_padded_shards,
+                                   checks.check_shard_without_set_epoch, checks.check_padded_shards,
                                    checks.check_ddp_worker])
 def test_unanswered_and_no_answer_in_the_help(capsys, check):
     assert_unanswered(capsys, check)
-    assert_help_hides(check, ("175", "24", "'b'", "(4, 1)", "DDP(", "same order", "seed + epoch"))
+    assert_help_hides(check, ("175", "24", "(4, 1)", "DDP(", "same order", "seed + epoch"))
 
 
 # ------------------------------------------------------------------ coding: the DDP lines
