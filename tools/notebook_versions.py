@@ -83,11 +83,10 @@ def printed_unanswered(source, folder):
 def student_version(nb):
     """The student version of instructor notebook ``nb`` (a new notebook; ``nb`` is unchanged)."""
     nb = copy.deepcopy(nb)
-    resources = {}
-    for step in (LockCells(), ClearSolutions(code_stub={"python": STUB}), _skeletons,
-                 ComputeChecksums()):
-        nb, resources = (step(nb, resources) if step is _skeletons
-                         else step.preprocess(nb, resources))
+    nb, resources = LockCells().preprocess(nb, {})
+    nb, resources = ClearSolutions(code_stub={"python": STUB}).preprocess(nb, resources)
+    _skeletons(nb)   # before the checksums: they cover what students start from
+    nb, resources = ComputeChecksums().preprocess(nb, resources)
     for cell in nb.cells:
         if is_answer_cell(cell):
             cell.outputs = []
@@ -97,7 +96,7 @@ def student_version(nb):
     return nb
 
 
-def _skeletons(nb, resources):
+def _skeletons(nb):
     """Each answer cell with a ``student_source`` gets it as its source (after ClearSolutions)."""
     for cell in nb.cells:
         skeleton = cell.metadata.pop("student_source", None)
@@ -107,7 +106,6 @@ def _skeletons(nb, resources):
             raise ValueError(f"student_source belongs to an answer cell, holds {STUB!r} and no "
                              f"solution: {cell.source[:60]!r}")
         cell.source = skeleton
-    return nb, resources
 
 
 def build(path):
