@@ -5,11 +5,13 @@ Each check prints whether the answer is right, with a hint when it is not, and r
 ``torch.chunk``, ``nn.DataParallel`` and ``dltools``), so that Jupyter's help (Shift-Tab) does not
 show them. The coding exercises' checks run the learner's function and compare with dltools/torch.
 
-Device placement is checked on simulated GPUs: under PyTorch's ``FakeTensorMode`` tensors can be
-created on ``cuda:0``, ``cuda:1``, ... without any GPU (shapes and devices only, no values), and an
-operation that mixes two GPUs raises as it would on real ones. So a missing ``.to(device)``, which
-goes unnoticed when every device is the CPU, fails the check here too.
+Device placement is checked on several different devices. Without a GPU they are simulated: under
+PyTorch's ``FakeTensorMode`` tensors can be created on ``cuda:0``, ``cuda:1``, ... (shapes and
+devices only, no values), and an operation that mixes two GPUs raises as it would on real ones. So
+a missing ``.to(device)``, which goes unnoticed when every device is the CPU, fails the check here
+too. With a GPU they are real: the GPUs, and the CPU as one more device when there are too few.
 """
+import contextlib
 import sys
 import traceback
 
@@ -113,9 +115,26 @@ def _shapes(parts):
     return [tuple(p.shape) for p in parts]
 
 
-def _fake_gpus(k):
-    """``k`` GPU devices for FakeTensorMode (no GPU needed: no memory, no values)."""
-    return [torch.device("cuda", i) for i in range(k)]
+def _placement_devices(k):
+    """``k`` devices for the placement checks, and the mode to create tensors on them in.
+
+    Without CUDA: ``cuda:0`` ... ``cuda:k-1`` under ``FakeTensorMode`` (no memory, no values).
+    With CUDA, FakeTensorMode cannot simulate a GPU the machine lacks (a fake tensor on ``cuda:i``
+    first makes a real one there: ``init_gpu_context`` in torch/_subclasses/fake_tensor.py), so
+    the devices are real: the GPUs, then the CPU, in turn (Colab's one GPU: cuda:0, cpu, cuda:0).
+    """
+    n = torch.cuda.device_count()
+    if n == 0:
+        return [torch.device("cuda", i) for i in range(k)], FakeTensorMode()
+    cycle = [torch.device("cuda", i) for i in range(n)] + ([torch.device("cpu")] if n < k else [])
+    return (cycle * k)[:k], contextlib.nullcontext()
+
+
+def _named(devices):
+    """'3 (simulated) GPUs' or 'devices cuda:0, cpu, cuda:0', for the hints."""
+    if torch.cuda.device_count() == 0:
+        return f"{len(devices)} (simulated) GPUs"
+    return "devices " + ", ".join(map(str, devices))
 
 
 def _reference_split(X, y, devices):
@@ -197,18 +216,18 @@ def check_split_batch(split_batch):
         if not placed:
             return report(False, "", f"{where} chunk i must be on devices[i]: use .to(device).",
                           split_batch)
-    for rows, k in [(10, 3), (2, 3)]:  # placement, on simulated GPUs
-        gpus = _fake_gpus(k)
-        with FakeTensorMode():
+    for rows, k in [(10, 3), (2, 3)]:  # placement, on distinct (perhaps simulated) devices
+        gpus, mode = _placement_devices(k)
+        with mode:
             X, y = torch.zeros(rows, 3, device=gpus[0]), torch.zeros(rows, device=gpus[0])
             got, err = _call_own(split_batch, X, y, gpus)
             if err is None:
                 got_X, got_y = (list(part) for part in got)
                 placed = [t.device for t in got_X] == [t.device for t in got_y] == gpus[:len(got_X)]
         if err:
-            return report(False, "", f"on {k} (simulated) GPUs {err}", split_batch)
+            return report(False, "", f"on {_named(gpus)} {err}", split_batch)
         if not placed:
-            return report(False, "", f"on {k} (simulated) GPUs chunk i must be on devices[i]: "
+            return report(False, "", f"on {_named(gpus)} chunk i must be on devices[i]: "
                           "move each chunk there with .to(device). (With only CPUs every device is "
                           "the same, so the missing .to() does not show when you run it here.)",
                           split_batch)
@@ -259,20 +278,20 @@ def check_allreduce(allreduce):
                           "each device), or the replicas drift apart.", allreduce)
         if [t.device for t in data] != list(devs):
             return report(False, "", "each tensor must stay on its own device.", allreduce)
-    # 2. the same on simulated GPUs: adding tensors from two GPUs without .to() raises there
+    # 2. the same on distinct (perhaps simulated) devices: adding across them without .to() raises
     for k in (2, 3):
-        gpus = _fake_gpus(k)
-        with FakeTensorMode():
+        gpus, mode = _placement_devices(k)
+        with mode:
             data = [torch.zeros(2, 3, device=d) for d in gpus]
             objects = [id(t) for t in data]
             _, err = _call(allreduce, data)
             devices_after = [t.device for t in data]
         if err:
-            return report(False, "", f"on {k} (simulated) GPUs {err}. On GPUs, tensors must be on "
+            return report(False, "", f"on {_named(gpus)} {err}. On GPUs, tensors must be on "
                           "the same device to be added: move one with .to(device) first.",
                           allreduce)
         if [id(t) for t in data] != objects or devices_after != gpus:
-            return report(False, "", f"on {k} (simulated) GPUs each tensor must stay, updated in "
+            return report(False, "", f"on {_named(gpus)} each tensor must stay, updated in "
                           "place, on its own device.", allreduce)
     # 3. d2l's train_batch with it: equal to a full-batch step on one device
     torch.manual_seed(0)

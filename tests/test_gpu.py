@@ -8,8 +8,9 @@ skipped on a machine without CUDA. On a GPU machine, run them all with::
 Each notebook runs top to bottom with nbval on one GPU (``CUDA_VISIBLE_DEVICES`` set to the first
 one) and on all GPUs present (skipped with fewer than 2), in a subprocess ``python -m pytest
 notebooks/NAME.ipynb --nbval-lax``: every cell runs with its asserts, which is where the notebooks
-check their claims, but the printed outputs are not compared with the saved ones, which come from
-a CPU (device names, timings and float rounding differ on GPUs). The scripts run with small sizes:
+check their claims (in the instructor versions the exercise checks raise on a wrong solution, as
+while grading), but the printed outputs are not compared with the saved ones, which come from a
+CPU (device names, timings and float rounding differ on GPUs). The scripts run with small sizes:
 the single-device ones directly, the DDP ones with ``dltools.distributed.run_torchrun`` on one GPU
 and on all GPUs present, and notebook 04's ``batch_scaling.py`` in its one-device, two-device
 (``nn.DataParallel``) and DDP configurations.
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dltools.exercises import GRADING_ENV
 from notebook_versions import executed_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,8 +66,11 @@ def test_the_notebooks_are_found():
 @pytest.mark.parametrize("nproc", NPROCS)
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_with_its_asserts_on_the_gpus(name, nproc):
+    # An instructor notebook holds the solutions: there, as while grading, a check that finds one
+    # wrong raises (nbval-lax compares no output, so a printed "Not yet" would pass unseen).
+    grading = {GRADING_ENV: "1"} if name.startswith("instructor/") else {}
     _run([sys.executable, "-m", "pytest", name, "-q", "--nbval-lax"],
-         env=_visible(nproc))
+         env={**(_visible(nproc) or {}), **grading})
 
 
 def test_train_single_on_a_gpu(tmp_path):
@@ -154,3 +159,16 @@ def test_float32_training_on_a_gpu_agrees_across_batch_splits():
     rows = {line.split("|")[1].strip() + " / " + line.split("|")[2].strip(): line
             for line in out.splitlines() if line.startswith("| cuda:0")}
     assert rows["cuda:0, ieee / batch of 96 vs two halves"].rstrip().endswith("| yes |"), out
+
+
+def test_notebook_01_checks_simulate_more_gpus_than_the_machine_has(capsys):
+    # checks_01 runs exercises 5 and 6 on 2 and 3 simulated GPUs (FakeTensorMode). On a machine
+    # with fewer real GPUs (Colab's one) a fake cuda:1 used to raise "invalid device ordinal".
+    import checks_01
+    from support.checks import assert_right, assert_wrong
+    from test_checks_01 import allreduce_no_to, allreduce_right, split_no_to, split_right
+
+    assert_right(capsys, checks_01.check_split_batch, split_right)
+    assert_wrong(capsys, checks_01.check_split_batch, split_no_to, "must be on devices[i]")
+    assert_right(capsys, checks_01.check_allreduce, allreduce_right)
+    assert_wrong(capsys, checks_01.check_allreduce, allreduce_no_to, "same device")

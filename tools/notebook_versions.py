@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 
 import nbformat
-from nbgrader.preprocessors import ClearSolutions, ComputeChecksums, LockCells
-from nbgrader.utils import is_grade, is_solution
+
+# nbgrader is imported where it is used: the GPU tests (tests/test_gpu.py) find the notebooks with
+# executed_notebooks() on a machine that has no nbgrader.
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTRUCTOR = ROOT / "instructor"
@@ -59,11 +60,13 @@ def executed_notebooks():
 
 def is_answer_cell(cell):
     """An exercise's answer cell: a code cell nbgrader counts as a solution cell."""
+    from nbgrader.utils import is_solution
     return cell.cell_type == "code" and is_solution(cell)
 
 
 def is_check_cell(cell):
     """An exercise's check cell: a code cell nbgrader grades."""
+    from nbgrader.utils import is_grade
     return cell.cell_type == "code" and is_grade(cell)
 
 
@@ -82,6 +85,7 @@ def printed_unanswered(source, folder):
 
 def student_version(nb):
     """The student version of instructor notebook ``nb`` (a new notebook; ``nb`` is unchanged)."""
+    from nbgrader.preprocessors import ClearSolutions, ComputeChecksums, LockCells
     nb = copy.deepcopy(nb)
     nb, resources = LockCells().preprocess(nb, {})
     nb, resources = ClearSolutions(code_stub={"python": STUB}).preprocess(nb, resources)
