@@ -1,4 +1,4 @@
-"""DataParallel's step, term by term: a cost model checked against a measured step (seed 004's
+"""DataParallel's step, term by term: a cost model checked against a measured step (study note 5's
 "why 1.5x and not 2x").
 
 The model (notebook 04 explains it from ``torch/nn/parallel/data_parallel.py``) predicts the time
@@ -23,8 +23,9 @@ is that residual, and the table prints it.
     .venv/bin/python benchmarks/bench_dp_step.py            # about a minute on 2 cores
     .venv/bin/python benchmarks/bench_dp_step.py --smoke    # tiny sizes
 
-On a machine with 2 or more GPUs the same command uses them (``nn.DataParallel``, the seed's
-full-width ResNet-18 at batch 512), and prints the time lost per step next to the seed's 19.2 ms:
+On a machine with 2 or more GPUs the same command uses them (``nn.DataParallel``, study note 5's
+full-width ResNet-18 at batch 512), and prints the time lost per step next to study note
+5's 19.2 ms:
 
     .venv/bin/python benchmarks/bench_dp_step.py --world-size 2
 
@@ -118,7 +119,7 @@ def main(argv=None):
     p.add_argument("--width", type=int, default=None,
                    help="ResNet-18 width (64 = d2l's; default 64 on GPUs, 16 on the CPU)")
     p.add_argument("--batch", type=int, default=None,
-                   help="global batch (default 512 on GPUs as in the seed, 128 on the CPU)")
+                   help="global batch (default 512 on GPUs as in study note 5, 128 on the CPU)")
     p.add_argument("--repeats", type=int, default=None, help="timed calls per term (default 7)")
     args = _common.parse(p, argv)
     import torch
@@ -162,7 +163,7 @@ def main(argv=None):
              f"predicted {m['single'] / predicted:.2f}x, measured {m['single'] / m['dp']:.2f}x."]
     if on_gpus:
         notes.append(f"Time lost per step (measured step - one replica's compute): "
-                     f"{1e3 * (m['dp'] - m['part']):.1f} ms; the seed's two GPUs lost about "
+                     f"{1e3 * (m['dp'] - m['part']):.1f} ms; study note 5's two GPUs lost at most "
                      "19.2 ms per step (notebook 04).")
     _common.print_report("DataParallel's step: cost model vs measurement", ["term", "ms", "how"],
                          rows, notes)

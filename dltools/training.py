@@ -12,13 +12,46 @@ __all__ = ["accuracy", "evaluate_accuracy_gpu", "sgd", "train_batch_ch13", "trai
 
 
 def progress(iterable=None, **kwargs):
-    """A tqdm progress bar: a widget in Jupyter, text in a terminal (``tqdm.auto``).
+    """A tqdm progress bar: in Jupyter one line of text, updated in place; in a terminal, tqdm's.
+
+    In a notebook the bar is a display updated through its display id (not tqdm's widget), so a
+    saved notebook keeps its last state, ``100%|...| 72/72``, readable where nothing runs (GitHub,
+    nbviewer), instead of the widget's first one.
 
     >>> sum(progress(range(3), disable=True))
     3
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
+    if "file" not in kwargs and _in_notebook():
+        kwargs.update(file=_DisplayLine(), ascii=True, ncols=80)
     return tqdm(iterable, **kwargs)
+
+
+def _in_notebook():
+    """True in a Jupyter kernel (not in a terminal IPython, not in plain Python)."""
+    import sys
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class _DisplayLine:
+    """A file for tqdm that shows each line it writes in one notebook output, replacing the last."""
+
+    def __init__(self):
+        self._handle = None
+
+    def write(self, text):
+        from IPython.display import display
+        line = text.strip("\r\n")
+        if not line:
+            return
+        if self._handle is None:
+            self._handle = display({"text/plain": line}, raw=True, display_id=True)
+        else:
+            self._handle.update({"text/plain": line}, raw=True)
+
+    def flush(self):
+        pass
 
 
 def sgd(params, lr, batch_size):

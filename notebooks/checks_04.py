@@ -2,7 +2,8 @@
 
 Each check prints whether the answer is right, with a hint when it is not, and returns a Verdict;
 ``None`` means "not answered yet". The expected values are worked out inside the functions from the
-seed's setup, so that Jupyter's help (Shift-Tab) does not show them.
+setup of study note 5 (or from the results given), so that Jupyter's help (Shift-Tab) does not
+show them.
 """
 import math
 import numbers
@@ -11,8 +12,8 @@ import torch
 
 from dltools.exercises import TimeLimitExceeded, call_with_time_limit, report
 
-# The seed's runs: all 60,000 training images, 10 epochs; one GPU at batch 256 and lr 0.1, two GPUs
-# at batch 512 and lr 0.2.
+# Study note 5's runs: all 60,000 training images, 10 epochs; one GPU at batch 256 and lr 0.1, two
+# GPUs at batch 512 and lr 0.2.
 _IMAGES, _EPOCHS, _BATCH_1, _LR_1, _BATCH_2 = 60000, 10, 256, 0.1, 512
 
 #: Seconds a learner's function may run in a check.
@@ -27,7 +28,7 @@ def _is_int(answer):
 
 
 def check_steps_in_ten_epochs(answer):
-    """Optimizer steps of the seed's two-GPU run in its 10 epochs."""
+    """Optimizer steps of study note 5's two-GPU run in its 10 epochs."""
     per_epoch = math.ceil(_IMAGES / _BATCH_2)
     expected = per_epoch * _EPOCHS
     one_gpu = math.ceil(_IMAGES / _BATCH_1) * _EPOCHS
@@ -51,12 +52,13 @@ def check_scaled_lr(answer):
     ok = isinstance(answer, numbers.Real) and not isinstance(answer, bool) and math.isclose(
         float(answer), expected, rel_tol=1e-6)
     real = answer is not None and isinstance(answer, numbers.Real) and not isinstance(answer, bool)
-    sqrt_rule = _LR_1 * math.sqrt(batch / _BATCH_1)     # here also the seed's rate at batch 512
+    sqrt_rule = _LR_1 * math.sqrt(batch / _BATCH_1)   # here also study note 5's rate at batch 512
     if isinstance(answer, str):
         hint = "give a number (a learning rate such as 0.05), not text in quotes."
     elif real and math.isclose(float(answer), sqrt_rule, rel_tol=1e-6):
-        hint = (f"{sqrt_rule:g} is what the square-root rule gives, and the seed's rate for batch "
-                f"{_BATCH_2}; the linear rule multiplies by the factor the global batch grew by.")
+        hint = (f"{sqrt_rule:g} is what the square-root rule gives, and study note 5's rate for "
+                f"batch {_BATCH_2}; the linear rule multiplies by the factor the global batch "
+                "grew by.")
     else:
         hint = "the rule multiplies the learning rate by the factor the batch grew by."
     return report(ok, f"{_LR_1} x {batch} / {_BATCH_1} = {expected:g}, reached gradually, with a "
@@ -76,19 +78,28 @@ def check_bn_rows_per_replica(answer):
                   hint, answer)
 
 
-def check_reinit_keeps(answer):
-    """Which of 'conv weight', 'linear weight' and 'batchnorm weight' keeps its old value?"""
-    choices = ("conv weight", "linear weight", "batchnorm weight")
-    if isinstance(answer, str):   # 'BatchNorm weight', ' batchnorm  weight' are the same answer
-        answer = " ".join(answer.lower().split())
-    if answer is not None and answer not in choices:
-        return report(False, "", f"answer with one of {choices}.", answer)
-    kept = [c for c in choices if c.split()[0] not in ("conv", "linear")]
-    return report(answer is not None and [answer] == kept,
-                  "init_weights_normal only touches Linear and Conv2d weights; BatchNorm's weight, "
-                  "bias and running statistics (and every bias) keep their values.",
-                  "read the isinstance test in inspect.getsource(dltools.init_weights_normal).",
-                  answer)
+def check_running_mean(answer):
+    """A running mean that starts at 0 and moves 10% of the way each step, after 10 steps of 1."""
+    momentum, steps = 0.1, 10
+    expected = 1 - (1 - momentum) ** steps
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
+        return report(False, "", "give a number, such as 0.5.", answer)
+    answer = float(answer)
+    left = (1 - momentum) ** steps
+    if math.isclose(answer, left, abs_tol=5e-4):
+        hint = "that is what is left of the start (0); the running mean has moved the rest."
+    elif math.isclose(answer, 1.0, abs_tol=5e-4):
+        hint = ("each step moves it only 10% of the remaining way: it gets close to 1, never "
+                "there.")
+    elif math.isclose(answer, 1 - (1 - momentum) ** (steps - 1), abs_tol=5e-4) or \
+            math.isclose(answer, 1 - (1 - momentum) ** (steps + 1), abs_tol=5e-4):
+        hint = "count the steps again: 10 updates, each multiplying the distance to 1 by 0.9."
+    else:
+        hint = "after one step it is 0.1, after two 0.19: each step keeps 0.9 of the distance to 1."
+    return report(math.isclose(answer, expected, abs_tol=5e-4),
+                  f"1 - 0.9 ** {steps} = {expected:.3f}: the distance to the batches' mean shrinks "
+                  "by 0.9 each step, so a network that makes half the steps has statistics that "
+                  "lag further behind.", hint, answer)
 
 
 def _reference_lrs(peak, warmup_steps, num_steps):
@@ -111,7 +122,8 @@ def check_warmup_schedule(lr_at):
     if not callable(lr_at):
         return report(False, "", "pass the function itself: check_warmup_schedule(lr_at).", lr_at)
     warmup = 2 * math.ceil(_IMAGES / _BATCH_2)
-    expected = _reference_lrs(2 * _LR_1, warmup, warmup + 50)
+    # every step of the 10-epoch run, so that a rate that drops (or stops) later is caught too
+    expected = _reference_lrs(2 * _LR_1, warmup, _EPOCHS * math.ceil(_IMAGES / _BATCH_2))
     try:
         got = call_with_time_limit(TIME_LIMIT, lambda: [float(lr_at(step))
                                                         for step in range(len(expected))])
@@ -130,9 +142,71 @@ def check_warmup_schedule(lr_at):
              for t in range(warmup)):
         hint = "off by one step: step 0 should already use 1/warmup of the rate (see LambdaLR)."
     elif not math.isclose(got[-1], 2 * _LR_1):
-        hint = f"after the warm-up the rate stays at the seed's two-GPU rate, {2 * _LR_1:g}."
+        hint = f"after the warm-up the rate stays at study note 5's two-GPU rate, {2 * _LR_1:g}."
     else:
         hint = (f"the rate should grow linearly over 2 epochs of the two-GPU run "
                 f"({warmup} steps): step k uses {2 * _LR_1:g} * (k + 1) / {warmup}.")
     return report(False, "", f"step {s}: yours {got[s]:.6g}, expected {expected[s]:.6g}; {hint}",
                   lr_at)
+
+
+_FAIR = {"a": "dp-512", "b": "one-256", "column": "test_acc_recalibrated_bn", "last": 3}
+
+
+def _interval_of(results, a, b, column, epochs):
+    """paired_interval of configuration a minus b in a batch_scaling.py report."""
+    from dltools.stats import paired_interval
+
+    def per_seed(config):
+        scores = {}
+        for run in results["runs"]:
+            if run["config"] == config:
+                rows = [h[column] for h in run["history"] if h["epoch"] in epochs]
+                scores[run["seed"]] = sum(rows) / len(rows)
+        return [scores[k] for k in sorted(scores)]
+
+    return paired_interval(per_seed(a), per_seed(b))
+
+
+def check_fair_comparison(answer, results=None):
+    """Exercise 6: paired_interval of dp-512 minus one-256, each run scored by the mean of its last
+    3 epochs with BatchNorm re-estimated, from ``results`` (batch_scaling.py's report, as a dict;
+    by default the course's committed results/batch_scaling_cpu.json)."""
+    if answer is None:
+        return report(None, "", "", None)
+    if results is None:
+        import json
+
+        from dltools.paths import course_root
+        results = json.loads((course_root() / "results" / "batch_scaling_cpu.json").read_text())
+    try:
+        low, high = float(answer.low), float(answer.high)
+    except (AttributeError, TypeError, ValueError):
+        return report(False, "", "give the Interval that paired_interval(a, b) returns.", answer)
+    epochs_run = max(h["epoch"] for h in results["runs"][0]["history"])
+    last = range(epochs_run - _FAIR["last"] + 1, epochs_run + 1)
+    want = _interval_of(results, _FAIR["a"], _FAIR["b"], _FAIR["column"], last)
+    wrong = {  # (a, b, column, epochs) -> hint
+        (_FAIR["b"], _FAIR["a"], _FAIR["column"], "last"):
+            "that is one-256 minus dp-512: put dp-512 first.",
+        (_FAIR["a"], _FAIR["b"], "test_acc", "last"):
+            "that scores the runs as study note 5 did; use the re-estimated column (R).",
+        (_FAIR["a"], _FAIR["b"], _FAIR["column"], "final"):
+            "that scores each run by its last epoch only; use the mean of the last 3 (LAST).",
+        (_FAIR["a"], "one-512", _FAIR["column"], "last"):
+            "that compares with one-512; the exercise compares with one-256.",
+    }
+    close = lambda i: abs(low - i.low) < 1e-3 and abs(high - i.high) < 1e-3  # noqa: E731
+    if close(want):
+        side = "excludes 0" if want.excludes_zero else "includes 0"
+        other = _interval_of(results, "one-512", _FAIR["b"], _FAIR["column"], last)
+        return report(True, f"dp-512 minus one-256: {want}. It {side}, but three seeds make a "
+                      f"fragile interval: one-512 minus one-256 is {other}. The next seed set "
+                      "could move either across 0.", "", answer)
+    for (a, b, column, epochs), hint in wrong.items():
+        span = last if epochs == "last" else [epochs_run]
+        if close(_interval_of(results, a, b, column, span)):
+            return report(False, "", hint, answer)
+    return report(False, "", "use per_seed(config) for both configurations (its defaults are the "
+                  "last 3 epochs, BatchNorm re-estimated), then paired_interval(a, b) with a the "
+                  "DataParallel runs.", answer)

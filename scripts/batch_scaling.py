@@ -1,19 +1,20 @@
-"""Batch scaling: did the seed's two-GPU run lose accuracy to the second device, or to the batch?
+"""Batch scaling: did study note 5's two-GPU run lose accuracy to the second device, or to the
+batch?
 
-The seed trained ResNet-18 on Fashion-MNIST for 10 epochs: one GPU at batch 256 and lr 0.1
+Study note 5 trained ResNet-18 on Fashion-MNIST for 10 epochs: one GPU at batch 256 and lr 0.1
 (test accuracy 0.92), two GPUs at batch 512 and lr 0.2 (0.72), one run each. This script repeats
 those runs over several seeds, next to the controls that separate the candidate causes, and records
 every epoch:
 
-    one-256         1 device,  batch 256, lr 0.1   the seed's one-GPU run
-    dp-512          2 devices, batch 512, lr 0.2   the seed's two-GPU run (DataParallel)
+    one-256         1 device,  batch 256, lr 0.1   study note 5's one-GPU run
+    dp-512          2 devices, batch 512, lr 0.2   study note 5's two-GPU run (DataParallel)
     one-512         1 device,  batch 512, lr 0.2   the same optimisation on one device
     one-512-warmup  as one-512, lr ramped up linearly from near 0 over --warmup-epochs (Goyal et
                     al., 2017, ramp up from the small batch's lr instead: here from 0.1)
     ddp-512         2 processes (DDP), batch 512, lr 0.2; only under torchrun with 2 processes
 
-Two devices are two GPUs when there are, else two CPU replicas in threads (dltools.parallel). The
-seed's configuration (all 60,000 images, width 64) on GPUs:
+Two devices are two GPUs when there are, else two CPU replicas in threads (dltools.parallel). Study
+note 5's configuration (all 60,000 images, width 64) on GPUs:
 
     python scripts/batch_scaling.py --report bs.json
     torchrun --standalone --nproc_per_node=2 scripts/batch_scaling.py --configs ddp-512 \\
@@ -58,7 +59,8 @@ from common import (  # scripts/common.py, beside this file
     write_report,
 )
 
-CONFIGS = {  # name: (devices, batch, lr, warm-up); batches are the seed's, before --batch-divisor
+# name: (devices, batch, lr, warm-up); batches are study note 5's, before --batch-divisor
+CONFIGS = {
     "one-256": ("one", 256, 0.1, False),
     "dp-512": ("dp", 512, 0.2, False),
     "one-512": ("one", 512, 0.2, False),
@@ -88,7 +90,8 @@ class Trainer:
                                               seed=seed)
             if batch_size % world:  # an uneven split would change the global batch it reports
                 raise SystemExit(f"the global batch of {batch_size} must be divisible by the "
-                                 f"{world} processes: use --nproc_per_node=2 (the seed's two GPUs)")
+                                 f"{world} processes: use --nproc_per_node=2 (study note 5's two "
+                                 "GPUs)")
             self.batch_size = batch_size // world  # per process; the global batch stays the same
         else:
             devices = [device] if kind == "one" else dltools.replica_devices(2)

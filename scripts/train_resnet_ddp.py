@@ -3,7 +3,7 @@
     torchrun --standalone --nproc_per_node=2 scripts/train_resnet_ddp.py --report /tmp/r.json \\
         --num-train 3072 --num-test 1000 --width 16 --epochs 2 --batch-size 128 --lr 0.2
 
-Without the subset options it is the seed's run (all data, width 64, 10 epochs, 512, lr 0.2).
+Without the subset options it is study note 5's run (all data, width 64, 10 epochs, 512, lr 0.2).
 It is train_resnet_single.py plus what DDP changes; notebook 04 runs it with run_torchrun.
 ``--batch-size`` is the *global* batch, split evenly over the processes (2 x 256 in the seed).
 Each process trains on its shard of the training set and scores its shard of the test set.

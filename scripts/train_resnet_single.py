@@ -3,9 +3,9 @@
     python scripts/train_resnet_single.py --report /tmp/r.json \\
         --num-train 3072 --num-test 1000 --width 16 --epochs 2 --batch-size 128 --lr 0.2
 
-Without the subset options it is the seed's setting on one device (all data, width 64, 10 epochs,
-512, lr 0.2). It uses one GPU if there is one, else the CPU. The report has the same keys as
-train_resnet_ddp.py's where they mean the same thing.
+Without the subset options it is study note 5's setting on one device (all data, width 64,
+10 epochs, 512, lr 0.2). It uses one GPU if there is one, else the CPU. The report has the same
+keys as train_resnet_ddp.py's where they mean the same thing.
 """
 import argparse
 import time

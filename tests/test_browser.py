@@ -82,7 +82,7 @@ def lab(tmp_path_factory, browser_path):
     tmp = tmp_path_factory.mktemp("browser")
     notebook_dir = copy_course_tree(tmp / "course")
     server = LabServer(tmp, notebook_dir)
-    # Notebook 04 takes its experiment's seeds from COURSE_SEED (0, 1, 2 by default): here it runs
+    # Notebook 04 takes its live runs' seeds from COURSE_SEED (0, 1, 2 by default): here it runs
     # with 3, 4, 5, so that this run also checks that its assertions hold for other seeds (no other
     # notebook reads COURSE_SEED).
     server.env["COURSE_SEED"] = str(LAB_SEED)
@@ -141,7 +141,7 @@ def test_notebook_runs_in_lab(lab, screenshot_dir, name, capsys):
         printed = "".join("".join(out.get("text", "")) for cell in saved["cells"]
                           for out in cell.get("outputs", []))
         seeds = [LAB_SEED, LAB_SEED + 1, LAB_SEED + 2]
-        assert f"seeds of the experiment: {seeds}" in printed, "notebook 04 ignored COURSE_SEED"
+        assert f"random seeds: {seeds}" in printed, "notebook 04 ignored COURSE_SEED"
 
 
 def test_no_process_left_after_a_failure(tmp_path, browser_path):

@@ -1,9 +1,14 @@
 """Notebook 04's exercise checks: right answers pass, typical wrong answers fail, and no answer
 shows in Jupyter's help (the signature and the docstring)."""
 
+import json
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 import checks_04 as checks
+from dltools.stats import paired_interval
 from support.checks import assert_grades, assert_help_hides
 
 
@@ -11,7 +16,7 @@ from support.checks import assert_grades, assert_help_hides
     (checks.check_steps_in_ten_epochs, 1180, [2350, 1170, 118, 1180.4, "1180", True]),
     (checks.check_scaled_lr, 0.4, [0.2, 0.1, 0.8, 0.41, "0.4", True]),
     (checks.check_bn_rows_per_replica, 128, [512, 256, 127.9, (128,), True]),
-    (checks.check_reinit_keeps, "batchnorm weight", ["conv weight", "linear weight", "bias", 3]),
+    (checks.check_running_mean, 0.6513, [0.3487, 1.0, 0.61, 0.69, 0.1, "0.651", True]),
 ])
 def test_right_answer_passes_and_wrong_ones_fail(check, right, wrongs, capsys):
     assert_grades(capsys, check, right, wrongs)
@@ -23,10 +28,13 @@ def test_scaled_lr_names_the_square_root_rule(capsys):
     assert "square-root" in out and "batch 512" in out
 
 
-@pytest.mark.parametrize("spelling", ["BatchNorm weight", " batchnorm  weight ", "BATCHNORM"
-                                      " WEIGHT"])
-def test_reinit_keeps_accepts_any_case_and_spacing(spelling):
-    assert checks.check_reinit_keeps(spelling)
+def test_running_mean_accepts_three_decimals_and_names_the_mistake(capsys):
+    assert checks.check_running_mean(0.651) and checks.check_running_mean(1 - 0.9 ** 10)
+    for wrong, hint in [(0.349, "left of the start"), (1, "never there"),
+                        (1 - 0.9 ** 9, "count the steps"), (0.5, "after one step")]:
+        capsys.readouterr()
+        assert not checks.check_running_mean(wrong)
+        assert hint in capsys.readouterr().out, wrong
 
 
 def test_warmup_schedule_runs_the_learners_function(capsys):
@@ -40,9 +48,12 @@ def test_warmup_schedule_runs_the_learners_function(capsys):
         "no warm-up": (lambda step: 0.2, "no warm-up"),
         "off by one": (lambda step: 0.2 * min(1.0, step / steps), "off by one"),
         "one epoch": (lambda step: 0.2 * min(1.0, (step + 1) / 118), "grow linearly over 2"),
-        "to lr 0.1": (lambda step: 0.1 * min(1.0, (step + 1) / steps), "stays at the seed's"),
+        "to lr 0.1": (lambda step: 0.1 * min(1.0, (step + 1) / steps), "stays at study note 5's"),
         "wrong start": (lambda step: 0.1 if step == 0 else 0.2 * min(1.0, (step + 1) / steps),
                         "grow linearly over 2"),
+        # right for the warm-up and well after it, then it stops: the whole run is checked
+        "stops": (lambda step: 0.2 * min(1.0, (step + 1) / steps) if step < 1000 else 0.0,
+                  "stays at study note 5's"),
     }
     for name, (fn, hint) in wrongs.items():
         capsys.readouterr()
@@ -59,8 +70,9 @@ def test_warmup_schedule_runs_the_learners_function(capsys):
     ("check_steps_in_ten_epochs", ["1180", "118 "]),
     ("check_scaled_lr", ["0.4"]),
     ("check_bn_rows_per_replica", ["128"]),
-    ("check_reinit_keeps", ["keeps its value", "only touches"]),  # the question lists all choices
+    ("check_running_mean", ["0.651", "0.9 ** 10"]),
     ("check_warmup_schedule", ["236", "(step + 1)"]),
+    ("check_fair_comparison", ["-0.031", "-0.05", "-0.012"]),
 ])
 def test_help_does_not_give_the_answer_away(name, answers):
     fn = getattr(checks, name)
@@ -69,7 +81,7 @@ def test_help_does_not_give_the_answer_away(name, answers):
 
 def test_every_check_is_tested():
     tested = {"check_steps_in_ten_epochs", "check_scaled_lr", "check_bn_rows_per_replica",
-              "check_reinit_keeps", "check_warmup_schedule"}
+              "check_running_mean", "check_warmup_schedule", "check_fair_comparison"}
     assert {n for n in dir(checks) if n.startswith("check_")} == tested
 
 
@@ -93,3 +105,45 @@ def test_warmup_schedule_that_never_returns_is_stopped(capsys, monkeypatch):
 def test_a_number_in_quotes_is_told_to_be_a_number(capsys):
     assert not checks.check_scaled_lr("0.4")
     assert "not text in quotes" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ exercise 6: a fair comparison
+
+RESULTS = json.loads((Path(__file__).resolve().parent.parent / "results" /
+                      "batch_scaling_cpu.json").read_text())
+
+
+def _per_seed(config, column="test_acc_recalibrated_bn", epochs=(8, 9, 10)):
+    runs = pd.DataFrame([{"config": r["config"], "seed": r["seed"], **h}
+                         for r in RESULTS["runs"] for h in r["history"]])
+    rows = runs[(runs["config"] == config) & runs["epoch"].isin(epochs)]
+    return rows.groupby("seed")[column].mean()
+
+
+def test_fair_comparison_right_answer_passes(capsys):
+    answer = paired_interval(_per_seed("dp-512"), _per_seed("one-256"))
+    assert answer.high < 0      # the committed runs: DataParallel behind, the interval below 0
+    assert checks.check_fair_comparison(answer, RESULTS)
+    assert "excludes 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda: paired_interval(_per_seed("one-256"), _per_seed("dp-512")), "put dp-512 first"),
+    (lambda: paired_interval(_per_seed("dp-512", "test_acc"), _per_seed("one-256", "test_acc")),
+     "re-estimated"),
+    (lambda: paired_interval(_per_seed("dp-512", epochs=(10,)),
+                             _per_seed("one-256", epochs=(10,))), "last epoch only"),
+    (lambda: paired_interval(_per_seed("dp-512"), _per_seed("one-512")), "one-512"),
+    (lambda: paired_interval(_per_seed("one-512"), _per_seed("one-256")), "per_seed(config)"),
+    (lambda: (-0.031, -0.05), "Interval"),
+    (lambda: -0.031, "Interval"),
+])
+def test_fair_comparison_wrong_answers_fail_with_a_hint(capsys, wrong, hint):
+    assert not checks.check_fair_comparison(wrong(), RESULTS)
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet") and hint in out, out
+
+
+def test_fair_comparison_unanswered(capsys):
+    assert not checks.check_fair_comparison(None, RESULTS)
+    assert "Not answered yet" in capsys.readouterr().out

@@ -41,9 +41,6 @@ SOURCE = dict(zip(STEMS, NOTEBOOKS))
 
 #: The checks each notebook does not pass yet (issues #32 to #36 convert them).
 NOT_YET = {
-    "04_multi_gpu_resnet": {"title cell", "plan table", "markdown sizes", "code sizes",
-                            "nbval markers", "test machinery in prose", "saved outputs",
-                            "exercises"},
     "05_beyond_ddp": {"title cell", "plan table", "markdown sizes", "code sizes", "nbval markers",
                       "saved outputs", "exercises"},
 }

@@ -53,7 +53,7 @@ def test_flags_and_bad_arguments(scripts, capsys, name):
     assert (args.report, args.checkpoint, args.width, args.epochs, args.batch_size, args.lr,
             args.num_train, args.num_test, args.seed, args.data_root) == (
         Path("r.json"), Path("c.pt"), 8, 3, 64, 0.3, 100, 50, 2, "d")
-    assert parse([]).batch_size == 512  # the seed's 2-GPU global batch
+    assert parse([]).batch_size == 512  # study note 5's 2-GPU global batch
 
 
 def test_subset_size_is_checked(scripts):
