@@ -56,8 +56,8 @@ def test_dataparallel_at_512_is_behind_one_device_at_256():
 
 
 def test_h1_the_training_loss_follows_the_steps():
-    """'At equal epochs batch 512 ends with a higher training loss, and the interval excludes 0.
-    At equal steps the two losses are about the same ... not shown by three seeds.'"""
+    """'At equal epochs batch 512 ends with a higher training loss, and the interval excludes 0 ...
+    At equal steps the interval includes 0, and also a gap as large.'"""
     steps = RUNS.groupby(["config", "epoch"])["steps"].first()
     at_512 = [E - 4, E - 2, E]
     at_256 = [int((steps["one-256"] - steps["one-512"][e]).abs().idxmin()) for e in at_512]
@@ -65,7 +65,8 @@ def test_h1_the_training_loss_follows_the_steps():
     epochs = interval("one-256", "one-512", column="train_loss")
     assert epochs.high < 0, epochs
     equal_steps = interval("one-256", "one-512", at_256, at_512, "train_loss")
-    assert not equal_steps.excludes_zero and abs(equal_steps.mean) < abs(epochs.mean) / 2
+    assert not equal_steps.excludes_zero
+    assert equal_steps.low < epochs.mean        # a gap as large as at equal epochs is not ruled out
     assert not interval("one-256", "one-512", at_256, at_512).excludes_zero
 
 
