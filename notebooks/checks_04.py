@@ -28,21 +28,25 @@ def _is_int(answer):
 
 
 def check_steps_in_ten_epochs(answer):
-    """Optimizer steps of study note 5's two-GPU run in its 10 epochs."""
-    per_epoch = math.ceil(_IMAGES / _BATCH_2)
+    """Optimizer steps of study note 5's training on 3 GPUs (global batch 3 x 128) in 10 epochs."""
+    batch = 3 * _BATCH_1 // 2
+    per_epoch = math.ceil(_IMAGES / batch)
     expected = per_epoch * _EPOCHS
     one_gpu = math.ceil(_IMAGES / _BATCH_1) * _EPOCHS
+    two_gpus = math.ceil(_IMAGES / _BATCH_2) * _EPOCHS
     if answer is not None and not _is_int(answer):
         return report(False, "", "a number of steps is a whole number.", answer)
-    if answer == one_gpu:
-        hint = "that is the one-GPU run; doubling the batch halves the steps."
-    elif answer == _IMAGES // _BATCH_2 * _EPOCHS:
+    if answer in (one_gpu, two_gpus):
+        hint = "that is one of study note 5's runs; count with the global batch of 3 GPUs."
+    elif answer == _IMAGES // batch * _EPOCHS:
         hint = "the last, smaller batch of each epoch is a step too."
+    elif answer == math.ceil(_IMAGES / (batch // 3)) * _EPOCHS:
+        hint = "one step takes a global batch: the batch of every GPU together."
     else:
         hint = "one step per batch; count the batches of an epoch, then multiply by the epochs."
     return report(answer == expected,
-                  f"ceil({_IMAGES} / {_BATCH_2}) = {per_epoch} steps per epoch, {expected} in "
-                  f"{_EPOCHS} epochs (the one-GPU run takes {one_gpu}).", hint, answer)
+                  f"ceil({_IMAGES} / {batch}) = {per_epoch} steps per epoch, {expected} in "
+                  f"{_EPOCHS} epochs (study note 5's two-GPU run takes {two_gpus}).", hint, answer)
 
 
 def check_scaled_lr(answer):

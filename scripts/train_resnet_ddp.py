@@ -5,7 +5,7 @@
 
 Without the subset options it is study note 5's run (all data, width 64, 10 epochs, 512, lr 0.2).
 It is train_resnet_single.py plus what DDP changes; notebook 04 runs it with run_torchrun.
-``--batch-size`` is the *global* batch, split evenly over the processes (2 x 256 in the seed).
+``--batch-size`` is the *global* batch, split evenly over the processes (2 x 256 in study note 5).
 Each process trains on its shard of the training set and scores its shard of the test set.
 """
 import argparse

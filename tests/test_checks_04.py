@@ -13,7 +13,7 @@ from support.checks import assert_grades, assert_help_hides
 
 
 @pytest.mark.parametrize("check, right, wrongs", [
-    (checks.check_steps_in_ten_epochs, 1180, [2350, 1170, 118, 1180.4, "1180", True]),
+    (checks.check_steps_in_ten_epochs, 1570, [2350, 1180, 1560, 157, 4690, 1570.4, "1570", True]),
     (checks.check_scaled_lr, 0.4, [0.2, 0.1, 0.8, 0.41, "0.4", True]),
     (checks.check_bn_rows_per_replica, 128, [512, 256, 127.9, (128,), True]),
     (checks.check_running_mean, 0.6513, [0.3487, 1.0, 0.61, 0.69, 0.1, "0.651", True]),
@@ -67,7 +67,7 @@ def test_warmup_schedule_runs_the_learners_function(capsys):
 
 
 @pytest.mark.parametrize("name, answers", [
-    ("check_steps_in_ten_epochs", ["1180", "118 "]),
+    ("check_steps_in_ten_epochs", ["1570", "157 "]),
     ("check_scaled_lr", ["0.4"]),
     ("check_bn_rows_per_replica", ["128"]),
     ("check_running_mean", ["0.651", "0.9 ** 10"]),
@@ -89,8 +89,8 @@ def test_whole_numbers_computed_as_floats_pass():
     """512 / 4 is 128.0 in Python 3, and numpy's ceil returns floats: both are right answers."""
     import numpy as np
     assert checks.check_bn_rows_per_replica(512 / 4)
-    assert checks.check_steps_in_ten_epochs(np.ceil(60000 / 512) * 10)
-    assert checks.check_steps_in_ten_epochs(np.int64(1180))
+    assert checks.check_steps_in_ten_epochs(np.ceil(60000 / 384) * 10)
+    assert checks.check_steps_in_ten_epochs(np.int64(1570))
 
 
 def test_warmup_schedule_that_never_returns_is_stopped(capsys, monkeypatch):

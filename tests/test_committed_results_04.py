@@ -1,6 +1,7 @@
-"""Notebook 04 states what the committed full-scale results (results/batch_scaling_cpu.json) show
-and do not show. The notebook prints the numbers; these tests check that each statement its prose
-makes about them holds, so that a re-measured file that changes them fails here, not in class."""
+"""Notebook 04 states what the committed 10-epoch results (results/batch_scaling_cpu.json, width
+4) show and do not show. The notebook prints the numbers; these tests check that each statement
+its prose makes about them holds, so that a re-measured file that changes them fails here, not in
+class."""
 import json
 from pathlib import Path
 
@@ -33,13 +34,17 @@ def test_the_report_has_three_seeds_of_four_configurations():
 
 
 def test_h4_one_evaluation_says_little():
-    """'Scored once, the runs at batch 512 end anywhere in a wide range, and 0.72 lies inside it.
-    With re-estimated statistics the same weights end within a few points of each other.'"""
+    """'Scored once, the runs at batch 512 end anywhere in a wide range, and at this width 0.72 lies
+    inside it. With re-estimated statistics the same weights end within about 7 points of each
+    other, and in every run they change less from one epoch to the next.'"""
     doubled = RUNS[(RUNS["epoch"] == E) & (RUNS["config"] != "one-256")]
     scored, recal = doubled["test_acc"], doubled[R]
     assert scored.min() < 0.72 < scored.max()
-    assert recal.max() - recal.min() < 0.1
+    assert 0.06 < recal.max() - recal.min() < 0.08
     assert scored.max() - scored.min() > 3 * (recal.max() - recal.min())
+    late = RUNS[RUNS["epoch"] > E // 2].sort_values("epoch").groupby(["config", "seed"])
+    jumps = late[["test_acc", R]].agg(lambda a: a.diff().abs().mean())
+    assert len(jumps) == 12 and (jumps[R] < jumps["test_acc"]).all()
 
 
 def test_one_256_against_one_512_is_not_decided():
@@ -49,10 +54,14 @@ def test_one_256_against_one_512_is_not_decided():
         assert i.mean > 0 and not i.excludes_zero, (column, i)
 
 
-def test_dataparallel_at_512_is_behind_one_device_at_256():
-    """Exercise 6 and the summary: 'behind ... by 1 to 5 points'."""
-    i = interval("dp-512", "one-256")
-    assert -0.055 < i.low < i.high < -0.005, i
+def test_batch_512_is_behind_batch_256_but_not_by_much():
+    """'Averaged per seed, the two batch-512 configurations are behind batch 256, and the interval
+    excludes 0, but not by much.' Exercise 6's check: dp-512's interval excludes 0, one-512's
+    not."""
+    pooled = paired_interval((per_seed("dp-512") + per_seed("one-512")) / 2, per_seed("one-256"))
+    assert -0.02 < pooled.high < 0, pooled
+    assert interval("dp-512", "one-256").high < 0
+    assert not interval("one-512", "one-256").excludes_zero
 
 
 def test_h1_the_training_loss_follows_the_steps():
@@ -71,10 +80,10 @@ def test_h1_the_training_loss_follows_the_steps():
 
 
 def test_h0_h2_h3_are_not_decided():
-    assert not interval("dp-512", "one-512").excludes_zero                     # H0/H3
-    first = per_seed("dp-512", [1], "test_acc") - per_seed("one-512", [1], "test_acc")
-    assert (first < 0).all()                        # 'behind in every seed' after epoch 1 ...
-    assert not interval("dp-512", "one-512", [1], [1], "test_acc").excludes_zero   # ... but
+    h0 = interval("dp-512", "one-512")                  # 'ahead ... on average'
+    assert h0.mean > 0 and not h0.excludes_zero
+    first = interval("dp-512", "one-512", [1], [1], "test_acc")   # 'as scored after epoch 1 behind'
+    assert first.mean < 0 and not first.excludes_zero
     assert not interval("one-512-warmup", "one-512").excludes_zero             # H2
 
 
@@ -108,3 +117,9 @@ def test_width_4_exaggerates_the_first_steps_relative_update():
     ratios = [updates[4][n] / updates[64][n] for n in updates[4] if n != "0.weight"]
     assert len(ratios) == 16 and all(3 <= r <= 6 for r in ratios), ratios
     assert 0.8 < updates[4]["0.weight"] / updates[64]["0.weight"] < 1.5   # the first layer: alike
+
+
+def test_after_one_epoch_re_estimated_statistics_score_far_better():
+    """'... the committed runs still score far better after it with re-estimated statistics.'"""
+    after_1 = RUNS[RUNS["epoch"] == 1].groupby("config")[["test_acc", R]].mean()
+    assert (after_1[R] > after_1["test_acc"] + 0.1).all(), after_1
