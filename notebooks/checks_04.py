@@ -29,7 +29,7 @@ def _is_int(answer):
 
 def check_steps_in_ten_epochs(answer):
     """Optimizer steps of study note 5's training on 3 GPUs (global batch 3 x 128) in 10 epochs."""
-    batch = 3 * _BATCH_1 // 2
+    batch = 3 * 128   # 3 GPUs, 128 images each
     per_epoch = math.ceil(_IMAGES / batch)
     expected = per_epoch * _EPOCHS
     one_gpu = math.ceil(_IMAGES / _BATCH_1) * _EPOCHS

@@ -1,15 +1,13 @@
 """Notebook 04's exercise checks: right answers pass, typical wrong answers fail, and no answer
 shows in Jupyter's help (the signature and the docstring)."""
 
-import json
-from pathlib import Path
-
-import pandas as pd
 import pytest
 
 import checks_04 as checks
 from dltools.stats import paired_interval
 from support.checks import assert_grades, assert_help_hides
+from test_committed_results_04 import REPORT as RESULTS
+from test_committed_results_04 import per_seed
 
 
 @pytest.mark.parametrize("check, right, wrongs", [
@@ -109,15 +107,9 @@ def test_a_number_in_quotes_is_told_to_be_a_number(capsys):
 
 # ------------------------------------------------------------------ exercise 6: a fair comparison
 
-RESULTS = json.loads((Path(__file__).resolve().parent.parent / "results" /
-                      "batch_scaling_cpu.json").read_text())
-
-
 def _per_seed(config, column="test_acc_recalibrated_bn", epochs=(8, 9, 10)):
-    runs = pd.DataFrame([{"config": r["config"], "seed": r["seed"], **h}
-                         for r in RESULTS["runs"] for h in r["history"]])
-    rows = runs[(runs["config"] == config) & runs["epoch"].isin(epochs)]
-    return rows.groupby("seed")[column].mean()
+    """The learner's scores: the notebook's per_seed, on the committed results."""
+    return per_seed(config, epochs, column)
 
 
 def test_fair_comparison_right_answer_passes(capsys):
