@@ -69,10 +69,26 @@ def test_the_deck_leaves_out_the_set_up_cell_and_the_answer_cells(deck):
 
 def test_the_deck_loads_nothing_it_needs_from_the_internet(deck):
     path, html = deck
-    for src in re.findall(r'(?:src|href)="([^"]+\.(?:js|css))"', html) + \
-            re.findall(r'"([^"]+/dist/reveal\.js)"', html):
-        assert not src.startswith("http"), src
-        assert (path.parent / src).resolve().is_file(), src
+    loaded = re.findall(r'<script[^>]*\bsrc="([^"]+)"', html) + \
+        re.findall(r'<link[^>]*\bhref="([^"]+)"', html) + \
+        re.findall(r'\bimport\b[^;\n]*\bfrom\s*[\'"]([^\'"]+)', html) + \
+        re.findall(r'"([^"]+/dist/reveal\.js)"', html)
+    assert any(src.endswith("require.js") for src in loaded), loaded
+    for src in loaded:
+        assert not re.match(r"(https?:)?//", src), src
+        assert (path.parent / src.split("?")[0]).resolve().is_file(), src
+    assert not [src for src in loaded if re.search("mathjax|mermaid", src, re.I)], loaded
+
+
+@pytest.mark.parametrize("text", ["the cost is $2S\\beta$", "a ring \\(x\\)",
+                                  "```mermaid\ngraph LR\n```"])
+def test_a_slide_that_would_need_a_cdn_is_refused(text):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title"),
+                                         nbformat.v4.new_markdown_cell(f"## A\n{text}")])
+    with pytest.raises(SystemExit, match="cells \\[1\\]"):
+        slides.deck_notebook(nb)
+    nb.cells[1].source = "## A\ncosts 2 S beta"
+    assert len(slides.deck_notebook(nb).cells) == 2
 
 
 def test_a_slide_type_set_by_the_teacher_is_kept():
@@ -128,12 +144,13 @@ def test_a_deck_renders_in_chromium(deck):
 
     path, html = deck
     titles = top_sections(html)
-    failed = []
+    failed, requested = [], []
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=browser, headless=True, args=CHROMIUM_ARGS)
         try:
             page = chromium.new_page(viewport={"width": 1280, "height": 800})
             page.on("requestfailed", lambda r: failed.append(r.url))
+            page.on("request", lambda r: requested.append(r.url))
             page.goto(path.as_uri())
             page.wait_for_selector(".reveal.ready .slides > section.present", timeout=60_000)
             first = page.inner_text(".slides > section.present")
@@ -145,3 +162,11 @@ def test_a_deck_renders_in_chromium(deck):
             chromium.close()
     assert first.startswith("01 · Data parallelism")
     assert not [u for u in failed if u.startswith("file:")], failed
+    assert requested and all(u.startswith(("file:", "data:")) for u in requested), requested
+
+
+@pytest.mark.parametrize("lab", slides.labs(), ids=lambda p: p.stem)
+def test_every_lab_makes_a_deck_without_a_cdn(lab):
+    """Every lab's core path is made of what the decks show offline (no TeX math, no Mermaid)."""
+    deck = slides.deck_notebook(nbformat.read(lab, as_version=4))
+    assert deck.cells[0].metadata.slideshow["slide_type"] == "slide"

@@ -16,13 +16,16 @@ Type"). A cell that has none gets one here:
 A teacher who sets a cell's slide type in JupyterLab keeps it: this tool fills in only what is not
 set. The decks load reveal.js, require.js and jQuery from ``build/slides/vendor/``, downloaded once
 from the npm registry and checked against the registry's SHA-512, so they open offline in any
-browser. (MathJax still comes from a CDN; these labs' slides have no formulas that need it.)
+browser. The template (``tools/slides_template/course_reveal``) is nbconvert's reveal template
+without MathJax and Mermaid, which it would load from a CDN: a lab whose slides hold TeX math or a
+Mermaid diagram is refused with a message (none does).
 """
 import argparse
 import base64
 import hashlib
 import io
 import os
+import re
 import sys
 import tarfile
 import urllib.request
@@ -37,6 +40,10 @@ from notebook_versions import STUDENT, is_answer_cell, is_check_cell, sources
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "slides"
+TEMPLATES = Path(__file__).resolve().parent / "slides_template"
+
+#: What the decks cannot show without a script from a CDN: TeX math (MathJax), Mermaid diagrams.
+NEEDS_A_CDN = re.compile(r"\$[^$\n]+\$|\\\(|\\\[|```mermaid")
 
 #: What a deck loads, as nbconvert 7's slides template expects it: (npm package, version, the
 #: registry's integrity string). reveal.js is the version nbconvert's template is written for.
@@ -95,6 +102,12 @@ def slide_type(cell, index):
 def deck_notebook(nb):
     """The core path of ``nb``, every cell with a slide type."""
     deck = core_only(nb)
+    needs = [i for i, c in enumerate(deck.cells)
+             if c.cell_type == "markdown" and NEEDS_A_CDN.search(c.source)]
+    if needs:
+        raise SystemExit(f"[slides] cells {needs} of the core path hold TeX math or a Mermaid "
+                         "diagram, which the decks do not load (they would come from a CDN): "
+                         "write them as text or an image, or add MathJax to tools/slides_template")
     for index, cell in enumerate(deck.cells):
         show = cell.metadata.setdefault("slideshow", {})
         show.setdefault("slide_type", slide_type(cell, index))
@@ -113,10 +126,13 @@ def build(notebook, out=OUT, vendor=OUT / "vendor"):
     out.mkdir(parents=True, exist_ok=True)
     vendor = fetch_vendor(vendor)
     exporter = SlidesExporter(
+        extra_template_basedirs=[str(TEMPLATES)],
+        template_name="course_reveal",
         reveal_url_prefix=url(vendor["reveal.js"], out),
         require_js_url=url(vendor["requirejs"] / "require.js", out),
         jquery_url=url(vendor["jquery"] / "dist" / "jquery.min.js", out),
         reveal_scroll=True,
+        reveal_theme="white",   # its fonts come with reveal.js ("simple" loads Google Fonts)
         exclude_input_prompt=True,
         exclude_output_prompt=True,
     )
