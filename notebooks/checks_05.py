@@ -123,6 +123,18 @@ def check_zero1_step(zero1_step):
             except Exception as err:  # noqa: BLE001 (the learner's code: report it, do not crash)
                 return report(False, "", f"on rank {r} of {world} (pieces of {sizes} elements) "
                               f"your function raised {type(err).__name__}: {err}", zero1_step)
+            # Adam hardly notices a gradient's scale (it divides by its running size), so the
+            # pieces alone would accept a gradient divided by 4 or times 100: check the gradient.
+            want, got = torch.tensor_split(g, world)[r], pieces[r].grad
+            if got is not None and got.shape == want.shape and got.any() \
+                    and not torch.allclose(got, want):
+                ratio = (got.double() @ want.double() / (want.double() @ want.double())).item()
+                scaled = torch.allclose(got, ratio * want, rtol=1e-4, atol=1e-6)
+                return report(False, "", f"rank {r}'s piece has the right part of full_grad "
+                              f"times {ratio:.3g}: full_grad is already the whole gradient (the "
+                              "all-reduce averaged it), so give the piece its part unchanged."
+                              if scaled else f"rank {r}'s piece got another gradient than its "
+                              "part of full_grad, cut the way the pieces were cut.", zero1_step)
     if not all(opts[r].state.get(pieces[r]) for r in range(world)):
         return report(False, "", "a rank's optimizer never stepped: after giving the piece its "
                       "gradient, call optimizer.step().", zero1_step)

@@ -63,15 +63,32 @@ def zero1_whole_grad(optimizer, piece, full_grad, rank, world_size):
     optimizer.step()
 
 
+def zero1_divided(optimizer, piece, full_grad, rank, world_size):  # averaged a second time
+    piece.grad = torch.tensor_split(full_grad, world_size)[rank] / world_size
+    optimizer.step()
+
+
+def zero1_times_100(optimizer, piece, full_grad, rank, world_size):
+    piece.grad = 100 * torch.tensor_split(full_grad, world_size)[rank]
+    optimizer.step()
+
+
+def zero1_negated(optimizer, piece, full_grad, rank, world_size):
+    piece.grad = -torch.tensor_split(full_grad, world_size)[rank]
+    optimizer.step()
+
+
 def test_zero1_step_right(capsys):
     assert checks.check_zero1_step(zero1_right)
     assert "Correct" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (zero1_chunk, "raised RuntimeError"), (zero1_rank0_slice, "ranks [1, 2, 3] differ"),
+    (zero1_chunk, "raised RuntimeError"),
+    (zero1_rank0_slice, "rank 1's piece got another gradient"),
     (zero1_no_step, "never stepped"), (zero1_whole_grad, "raised RuntimeError"),
     (zero1_zero_grad, "did not change"),
+    (zero1_divided, "times 0.25"), (zero1_times_100, "times 100"), (zero1_negated, "times -1"),
     ("zero1_step", "function itself"),
 ])
 def test_zero1_step_wrong(wrong, says, capsys):
