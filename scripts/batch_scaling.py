@@ -12,6 +12,13 @@ every epoch:
     one-512-warmup  as one-512, lr ramped up linearly from near 0 over --warmup-epochs (Goyal et
                     al., 2017, ramp up from the small batch's lr instead: here from 0.1)
     ddp-512         2 processes (DDP), batch 512, lr 0.2; only under torchrun with 2 processes
+    dp-512-after-256
+                    as dp-512, but as study note 5 ran it: in the network one-256 trained first.
+                    d2l's ``train`` re-draws only the Conv2d and Linear weights, so the second
+                    run starts from the first run's BatchNorm layers (scale, shift, running
+                    statistics) and biases. The re-drawn weights and the batch order are
+                    dp-512's of the same seed: paired with dp-512, the difference is what the
+                    inherited state does. Twice the training time of the others.
 
 Two devices are two GPUs when there are, else two CPU replicas in threads (dltools.parallel). Study
 note 5's configuration (all 60,000 images, width 64) on GPUs:
@@ -27,6 +34,8 @@ On a 2-core CPU, the committed results (results/batch_scaling_cpu.json) came fro
 
     python scripts/batch_scaling.py --width 4 --jobs 2 --report results/batch_scaling_cpu.json \\
         --figure images/batch_scaling_cpu.png
+    python scripts/batch_scaling.py --width 4 --jobs 2 --configs dp-512-after-256 \\
+        --report results/batch_scaling_after_cpu.json
 
 ``--report`` is rewritten after every run, and an interrupted run resumes where it stopped.
 """
@@ -66,13 +75,23 @@ CONFIGS = {
     "one-512": ("one", 512, 0.2, False),
     "one-512-warmup": ("one", 512, 0.2, True),
     "ddp-512": ("ddp", 512, 0.2, False),
+    "dp-512-after-256": ("dp", 512, 0.2, False),
 }
+#: configurations trained in the network another configuration trained first (as d2l's cells do)
+AFTER = {"dp-512-after-256": "one-256"}
+
+
+def redrawn_keys(net):
+    """The state-dict keys that ``dltools.init_weights_normal`` draws again: the weights of every
+    Conv2d and Linear layer (their biases and the BatchNorm layers are left as they are)."""
+    return {f"{name}.weight" for name, m in net.named_modules()
+            if isinstance(m, (nn.Conv2d, nn.Linear))}
 
 
 class Trainer:
     """One run: a fresh network for ``seed``, trained with SGD, scored on the test set per epoch."""
 
-    def __init__(self, kind, batch_size, lr, warmup_epochs, seed, args, device):
+    def __init__(self, kind, batch_size, lr, warmup_epochs, seed, args, device, inherit=None):
         self.kind, self.device, self.seed = kind, device, seed
         self.bn_images = args.bn_images
         self.train_images, self.train_labels = load_split(True, args.num_train,
@@ -82,6 +101,9 @@ class Trainer:
         dltools.seed_everything(seed)
         net = dltools.resnet18(10, width=args.width)
         net.apply(dltools.init_weights_normal)  # d2l: N(0, 0.01^2) for Conv2d and Linear weights
+        if inherit is not None:  # a trained network's state, but these freshly drawn weights
+            fresh, keep = net.state_dict(), redrawn_keys(net)
+            net.load_state_dict({k: fresh[k] if k in keep else v for k, v in inherit.items()})
         self.net = net
         if kind == "ddp":
             world = dist.get_world_size()
@@ -171,10 +193,10 @@ class Trainer:
                 net(to_input(self.train_images[i:min(i + self.batch_size, n)], self.device))
         return self._test_accuracy(net)
 
-    def train(self, num_epochs):
+    def train(self, num_epochs, score=True):
         # Under DDP only rank 0 scores (it writes the report); the others go on to the next
         # epoch's first all-reduce and wait there, leaving the cores to rank 0.
-        scores = self.kind != "ddp" or dist.get_rank() == 0
+        scores = score and (self.kind != "ddp" or dist.get_rank() == 0)
         history = []
         for epoch in range(num_epochs):
             tik = time.perf_counter()
@@ -196,14 +218,27 @@ def run_one(name, seed, args, device=None):
     batch //= args.batch_divisor
     if device is None:
         device = dltools.replica_devices(1)[0]
-    trainer = Trainer(kind, batch, lr, args.warmup_epochs if warm else 0, seed, args, device)
+    first, inherit = None, None
+    if name in AFTER:  # the first run, scored once at its end (its history is its config's own)
+        f_kind, f_batch, f_lr, f_warm = CONFIGS[AFTER[name]]
+        trainer = Trainer(f_kind, f_batch // args.batch_divisor, f_lr,
+                          args.warmup_epochs if f_warm else 0, seed, args, device)
+        f_history = trainer.train(args.epochs, score=False)
+        first = {"config": AFTER[name], "test_acc": trainer._test_accuracy(),
+                 "seconds": sum(h["seconds"] for h in f_history)}
+        inherit = trainer.net.state_dict()
+    trainer = Trainer(kind, batch, lr, args.warmup_epochs if warm else 0, seed, args, device,
+                      inherit)
     history = trainer.train(args.epochs)
-    return {"config": name, "seed": seed, "devices": kind, "batch_size": batch, "lr": lr,
+    record = {"config": name, "seed": seed, "devices": kind, "batch_size": batch, "lr": lr,
             "world_size": dist.get_world_size() if kind == "ddp" else 1,
             "torch_threads": torch.get_num_threads(),   # this run's, per process
             "warmup_epochs": args.warmup_epochs if warm else 0,
             "steps_per_epoch": trainer.steps_per_epoch, "history": history,
             "test_acc": history[-1]["test_acc"]}
+    if first is not None:
+        record["first_run"] = first
+    return record
 
 
 def _run_in_worker(name, seed, args, threads):

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from dltools import distributed as dd
 
@@ -26,6 +27,19 @@ def report(tmp_path_factory):
     run("--configs", "one-256", "one-512", "one-512-warmup", "dp-512", *TINY, "--jobs", "2",
         "--report", path)
     return path, json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def script():
+    """The script as a module (scripts/ on the path for its ``common``)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("batch_scaling", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
 
 
 def test_report_has_every_run_and_epoch(report):
@@ -96,17 +110,56 @@ def test_bad_arguments_are_refused_with_a_message():
     assert proc.returncode == 2 and "--batch-divisor" in proc.stderr
 
 
-def test_the_committed_results_match_the_committed_script(monkeypatch):
-    """results/batch_scaling_cpu.json (read by notebook 04) was written by this script: its command
+@pytest.mark.parametrize("name", ["batch_scaling_cpu.json", "batch_scaling_after_cpu.json"])
+def test_the_committed_results_match_the_committed_script(script, name):
+    """The committed results (read by notebook 04) were written by this script: each file's command
     parses with today's options, and gives the scale the file records."""
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))   # as running it does: common.py beside it
-    spec = importlib.util.spec_from_file_location("batch_scaling", SCRIPT)
-    batch_scaling = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(batch_scaling)
-    results = json.loads((ROOT / "results" / "batch_scaling_cpu.json").read_text())
+    batch_scaling = script
+    results = json.loads((ROOT / "results" / name).read_text())
     command = results["command"].split()
     assert command[0] == "scripts/batch_scaling.py"
     args = batch_scaling.parse_args(command[1:])
     assert batch_scaling.scale(args) == batch_scaling.report_scale(results)
     assert {r["config"] for r in results["runs"]} <= set(batch_scaling.CONFIGS)
     assert all(len(r["history"]) == results["scale"]["epochs"] for r in results["runs"])
+
+
+def test_the_second_run_starts_from_the_first_runs_batchnorm_and_biases(script):
+    """dp-512-after-256 is study note 5's order of cells: one-256 first, then dp-512 in the same
+    network with only its Conv2d and Linear weights drawn again."""
+    args = script.parse_args(TINY[:-2] + ["0"])
+    device = script.dltools.replica_devices(1)[0]
+    first = script.Trainer("one", 32, 0.1, 0, 0, args, device)
+    first.train(1, score=False)
+    trained = {k: v.clone() for k, v in first.net.state_dict().items()}
+    fresh = script.Trainer("dp", 64, 0.2, 0, 0, args, device).net.state_dict()
+    after = script.Trainer("dp", 64, 0.2, 0, 0, args, device, inherit=trained).net.state_dict()
+    redrawn = script.redrawn_keys(first.net)
+    batchnorm = {f"{n}.weight" for n, m in first.net.named_modules()
+                 if isinstance(m, torch.nn.BatchNorm2d)}
+    assert batchnorm and not redrawn & batchnorm and all(k.endswith(".weight") for k in redrawn)
+    kinds = {"redrawn": 0, "kept": 0}
+    for k, v in after.items():
+        if k in redrawn:    # dp-512's own weights of the same seed
+            assert torch.equal(v, fresh[k]) and not torch.equal(v, trained[k]), k
+            kinds["redrawn"] += 1
+        else:               # biases, BatchNorm's scale, shift and running statistics
+            assert torch.equal(v, trained[k]), k
+            kinds["kept"] += 1
+    trained_bn = [k for k in trained if k.endswith("running_var")]
+    assert trained_bn and all(not torch.equal(trained[k], fresh[k]) for k in trained_bn)
+    assert kinds["redrawn"] > 10 and kinds["kept"] > kinds["redrawn"]
+
+
+def test_the_after_configuration_records_its_first_run(script):
+    args = script.parse_args(TINY[:-2] + ["0"])
+    one = script.run_one("one-256", 0, args)
+    dp = script.run_one("dp-512", 0, args)
+    after = script.run_one("dp-512-after-256", 0, args)
+    # its first run is one-256 of the same seed, scored at its end
+    assert after["first_run"]["config"] == "one-256"
+    assert after["first_run"]["test_acc"] == one["test_acc"]
+    assert after["batch_size"] == dp["batch_size"] and after["devices"] == "dp"
+    # the inherited state changes the training (same weights, same batches otherwise)
+    assert after["history"][0]["train_loss"] != dp["history"][0]["train_loss"]
+    assert "first_run" not in dp

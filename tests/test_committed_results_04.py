@@ -55,13 +55,31 @@ def test_one_256_against_one_512_is_not_decided():
 
 
 def test_batch_512_is_behind_batch_256_but_not_by_much():
-    """'Averaged per seed, the two batch-512 configurations are behind batch 256, and the interval
-    excludes 0, but not by much.' Exercise 6's check: dp-512's interval excludes 0, one-512's
-    not."""
+    """'dp-512 and one-512, averaged per seed, are behind batch 256, and the interval excludes 0,
+    but not by much.' Exercise 6 and the Summary: 'DataParallel at batch 512 ends about 3 points
+    behind batch 256' (its interval excludes 0); one-512's interval does not."""
     pooled = paired_interval((per_seed("dp-512") + per_seed("one-512")) / 2, per_seed("one-256"))
     assert -0.02 < pooled.high < 0, pooled
-    assert interval("dp-512", "one-256").high < 0
+    dp = interval("dp-512", "one-256")
+    assert dp.high < 0 and round(-100 * dp.mean) == 3, dp
     assert not interval("one-512", "one-256").excludes_zero
+
+
+def test_h2_this_warm_up_does_not_close_the_gap():
+    """'with it, batch 512 is still behind batch 256, and the interval excludes 0. Whether it helps
+    against one-512 without warm-up, these runs do not decide.'"""
+    assert interval("one-512-warmup", "one-256").high < 0
+    assert not interval("one-512-warmup", "one-512").excludes_zero
+
+
+def test_h1_the_equal_step_training_loss_of_batch_256_reads_high():
+    """'batch 256's epoch covers 235 steps, batch 512's 118, so batch 256's window reaches further
+    back, where the loss was higher.'"""
+    steps = {r["config"]: r["steps_per_epoch"] for r in REPORT["runs"]}
+    assert (steps["one-256"], steps["one-512"]) == (235, 118)
+    for _, run in RUNS[RUNS["config"] == "one-256"].groupby("seed"):
+        loss = run.sort_values("epoch")["train_loss"].tolist()
+        assert all(a > b for a, b in zip(loss[1:5], loss[2:6])), loss   # epochs 2 to 6
 
 
 def test_h1_the_training_loss_follows_the_steps():
@@ -79,12 +97,11 @@ def test_h1_the_training_loss_follows_the_steps():
     assert not interval("one-256", "one-512", at_256, at_512).excludes_zero
 
 
-def test_h0_h2_h3_are_not_decided():
+def test_h0_h3_are_not_decided():
     h0 = interval("dp-512", "one-512")                  # 'ahead ... on average'
     assert h0.mean > 0 and not h0.excludes_zero
     first = interval("dp-512", "one-512", [1], [1], "test_acc")   # 'as scored after epoch 1 behind'
     assert first.mean < 0 and not first.excludes_zero
-    assert not interval("one-512-warmup", "one-512").excludes_zero             # H2
 
 
 @pytest.mark.parametrize("config", ["one-256", "dp-512", "one-512", "one-512-warmup"])
@@ -123,3 +140,47 @@ def test_after_one_epoch_re_estimated_statistics_score_far_better():
     """'... the committed runs still score far better after it with re-estimated statistics.'"""
     after_1 = RUNS[RUNS["epoch"] == 1].groupby("config")[["test_acc", R]].mean()
     assert (after_1[R] > after_1["test_acc"] + 0.1).all(), after_1
+
+
+AFTER = json.loads((ROOT / "results" / "batch_scaling_after_cpu.json").read_text())
+
+
+def after_per_seed(column=R, epochs=LAST):
+    """dp-512-after-256's score per seed (results/batch_scaling_after_cpu.json)."""
+    rows = pd.DataFrame([{"seed": r["seed"], **h} for r in AFTER["runs"] for h in r["history"]])
+    return rows[rows["epoch"].isin(epochs)].groupby("seed")[column].mean()
+
+
+def test_h5_pairs_with_dp_512_of_the_same_scale_and_seeds():
+    """'The redrawn weights and the batches are dp-512's of the same seed': the same scale, the
+    same seeds, batch and steps (the script's tests check the weights and the batches)."""
+    assert {k: v for k, v in AFTER["scale"].items() if k != "bn_images"} == REPORT["scale"]
+    assert AFTER["scale"]["bn_images"] == 2000      # what the older report used
+    dp = {r["seed"]: r for r in REPORT["runs"] if r["config"] == "dp-512"}
+    assert sorted(r["seed"] for r in AFTER["runs"]) == sorted(dp) == [0, 1, 2]
+    for r in AFTER["runs"]:
+        assert r["config"] == "dp-512-after-256" and r["first_run"]["config"] == "one-256"
+        assert (r["batch_size"], r["lr"], r["steps_per_epoch"]) == (
+            dp[r["seed"]]["batch_size"], dp[r["seed"]]["lr"], dp[r["seed"]]["steps_per_epoch"])
+
+
+def test_h5_the_cell_order_is_not_decided():
+    """'Re-estimated, DataParallel after one-256 ends about 1 point below DataParallel from
+    scratch, and the interval, about -3 to +1 points, includes 0; so does the training loss's ...
+    Scored as study note 5 did, the interval is too wide to say anything.'"""
+    re_est = paired_interval(after_per_seed(), per_seed("dp-512"))
+    assert re_est.mean < 0 and round(-100 * re_est.mean) == 1 and not re_est.excludes_zero
+    assert round(100 * re_est.low) == -3 and round(100 * re_est.high) in (0, 1), re_est
+    loss = paired_interval(after_per_seed("train_loss"), per_seed("dp-512", column="train_loss"))
+    assert not loss.excludes_zero
+    scored = paired_interval(after_per_seed("test_acc"), per_seed("dp-512", column="test_acc"))
+    assert not scored.excludes_zero and scored.high - scored.low > 0.2, scored
+
+
+def test_h5_float_rounding_alone_moves_a_run_by_up_to_5_points():
+    """'The one-256 runs in this file ended up to 5 points away from the committed one-256 runs of
+    the same seed' (another CPU: another instruction set)."""
+    assert AFTER["machine"]["cpu_capability"] != REPORT["machine"]["cpu_capability"]
+    committed = {r["seed"]: r["test_acc"] for r in REPORT["runs"] if r["config"] == "one-256"}
+    gaps = [abs(r["first_run"]["test_acc"] - committed[r["seed"]]) for r in AFTER["runs"]]
+    assert 0.04 < max(gaps) <= 0.05, gaps

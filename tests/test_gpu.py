@@ -93,7 +93,9 @@ BATCH_SCALING = ["--seeds", "0", "--width", "4", "--num-train", "512", "--num-te
 
 def test_batch_scaling_one_device_and_dataparallel(tmp_path):
     report = tmp_path / "bs.json"
-    configs = ["one-256", "one-512-warmup"] + (["dp-512"] if NUM_GPUS >= 2 else [])
+    configs = ["one-256", "one-512-warmup"]
+    if NUM_GPUS >= 2:
+        configs += ["dp-512", "dp-512-after-256"]
     _run([sys.executable, "scripts/batch_scaling.py", "--configs", *configs, *BATCH_SCALING,
           "--report", report])
     assert sorted(r["config"] for r in json.loads(report.read_text())["runs"]) == sorted(configs)
