@@ -34,8 +34,8 @@ On a 2-core CPU, the committed results (results/batch_scaling_cpu.json) came fro
 
     python scripts/batch_scaling.py --width 4 --jobs 2 --report results/batch_scaling_cpu.json \\
         --figure images/batch_scaling_cpu.png
-    python scripts/batch_scaling.py --width 4 --jobs 2 --configs dp-512-after-256 \\
-        --report results/batch_scaling_after_cpu.json
+    python scripts/batch_scaling.py --width 4 --jobs 2 --configs dp-512-after-256 --seeds 0 1 \\
+        --report results/batch_scaling_after_cpu.json    # then --jobs 1 --seeds 0 1 2 (seed 2)
 
 ``--report`` is rewritten after every run, and an interrupted run resumes where it stopped.
 """

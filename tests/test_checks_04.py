@@ -13,7 +13,7 @@ from test_committed_results_04 import per_seed
 @pytest.mark.parametrize("check, right, wrongs", [
     (checks.check_steps_in_ten_epochs, 1570, [2350, 1180, 1560, 157, 4690, 1570.4, "1570", True]),
     (checks.check_scaled_lr, 0.4, [0.2, 0.1, 0.8, 0.41, "0.4", True]),
-    (checks.check_bn_rows_per_replica, 170, [171, 512, 256, 128, 170.67, (170,), True]),
+    (checks.check_bn_rows_per_replica, 100, [103, 102, 512, 256, 128, 102.4, (100,), True]),
     (checks.check_running_mean, 0.6513, [0.3487, 1.0, 0.61, 0.69, 0.1, "0.651", True]),
 ])
 def test_right_answer_passes_and_wrong_ones_fail(check, right, wrongs, capsys):
@@ -67,7 +67,7 @@ def test_warmup_schedule_runs_the_learners_function(capsys):
 @pytest.mark.parametrize("name, answers", [
     ("check_steps_in_ten_epochs", ["1570", "157 "]),
     ("check_scaled_lr", ["0.4"]),
-    ("check_bn_rows_per_replica", ["170", "171, 171"]),
+    ("check_bn_rows_per_replica", ["100", "103, 103"]),
     ("check_running_mean", ["0.651", "0.9 ** 10"]),
     ("check_warmup_schedule", ["236", "(step + 1)"]),
     ("check_fair_comparison", ["-0.031", "-0.05", "-0.012"]),
@@ -84,10 +84,15 @@ def test_every_check_is_tested():
 
 
 def test_whole_numbers_computed_as_floats_pass():
-    """512 - 2 * 171 is an int, 510 / 3 is 170.0 in Python 3, and numpy's ceil returns floats: all
-    are right answers."""
+    """500 / 5 is 100.0 in Python 3, numpy's ceil returns floats, and a one-element tensor holds a
+    number: all are right answers."""
     import numpy as np
-    assert checks.check_bn_rows_per_replica(510 / 3)
+    import torch
+    assert checks.check_bn_rows_per_replica(500 / 5)
+    assert checks.check_bn_rows_per_replica(torch.tensor(100))
+    assert checks.check_steps_in_ten_epochs(torch.tensor(1570))
+    assert checks.check_scaled_lr(torch.tensor(0.4))
+    assert checks.check_running_mean(torch.tensor(1 - 0.9 ** 10))
     assert checks.check_steps_in_ten_epochs(np.ceil(60000 / 384) * 10)
     assert checks.check_steps_in_ten_epochs(np.int64(1570))
 
@@ -118,7 +123,8 @@ def test_fair_comparison_right_answer_passes(capsys):
     assert answer.high < 0      # the committed runs: DataParallel behind, the interval below 0
     assert checks.check_fair_comparison(answer, RESULTS)
     out = capsys.readouterr().out
-    assert "excludes 0" in out and "about 3 points behind batch 256" in out, out
+    assert "excludes 0" in out and "about 3 percentage points behind batch 256" in out, out
+    assert "not that the second device matters" in out
 
 
 @pytest.mark.parametrize("wrong, hint", [
@@ -144,7 +150,13 @@ def test_fair_comparison_unanswered(capsys):
 
 
 def test_bn_rows_names_the_first_replicas_chunk_and_the_whole_batch(capsys):
-    for wrong, hint in [(171, "first replicas' chunk"), (512, "only that replica's rows"),
-                        (512 / 3, "cannot split a row"), (128, "torch.chunk's rule")]:
+    for wrong, hint in [(103, "first replicas' chunk"), (512, "only that replica's rows"),
+                        (102, "equal split, rounded down"), (512 / 5, "cannot split a row"),
+                        (128, "torch.chunk's rule")]:
         assert not checks.check_bn_rows_per_replica(wrong)
         assert hint in capsys.readouterr().out, wrong
+
+
+def test_running_mean_near_miss_is_told_to_give_3_decimals(capsys):
+    assert not checks.check_running_mean(0.65)
+    assert "3 decimals" in capsys.readouterr().out
