@@ -239,8 +239,9 @@ def check_fair_comparison(answer, results=None):
         else:
             reading = "It includes 0: these runs do not show a difference."
         return report(True, f"dp-512 minus one-256: {want}. {reading} One device at batch 512 is "
-                      f"behind on average too ({other}): what these runs show is the batch, not "
-                      "that the second device matters (H0/H3).", "", answer)
+                      f"behind on average too ({other}): these runs do not show that the second "
+                      "device matters (H0/H3). The batch is the likelier cause, but only the "
+                      "pooled batch-512 row just excludes 0.", "", answer)
     for (a, b, column, epochs), hint in wrong.items():
         span = last if epochs == "last" else [epochs_run]
         if close(_interval_of(results, a, b, column, span)):

@@ -150,10 +150,18 @@ def test_width_4_exaggerates_the_first_steps_relative_update():
     assert 0.8 < updates[4]["0.weight"] / updates[64]["0.weight"] < 1.5   # the first layer: alike
 
 
-def test_after_one_epoch_re_estimated_statistics_score_far_better():
-    """'... the committed runs still score far better after it with re-estimated statistics.'"""
-    after_1 = RUNS[RUNS["epoch"] == 1].groupby("config")[["test_acc", R]].mean()
-    assert (after_1[R] > after_1["test_acc"] + 0.1).all(), after_1
+def test_after_one_epoch_re_estimated_statistics_score_better():
+    """'... the committed runs still score better after it with re-estimated statistics, in all 12
+    runs (by 0.003 to 0.50; averaged over the configurations seed by seed, by 0.20, 95% interval
+    [0.07, 0.32])'."""
+    first = RUNS[RUNS["epoch"] == 1]
+    gain = first[R] - first["test_acc"]
+    assert len(gain) == 12 and round(gain.min(), 3) == 0.003 and round(gain.max(), 2) == 0.50
+    configs = ["one-256", "dp-512", "one-512", "one-512-warmup"]
+    re_avg, scored_avg = (pd.concat([per_seed(c, [1], col) for c in configs], axis=1).mean(axis=1)
+                          for col in (R, "test_acc"))
+    i = paired_interval(re_avg, scored_avg)
+    assert (round(i.mean, 2), round(i.low, 2), round(i.high, 2)) == (0.20, 0.07, 0.32), i
 
 
 AFTER = json.loads((ROOT / "results" / "batch_scaling_after_cpu.json").read_text())
