@@ -231,11 +231,11 @@ def run_one(name, seed, args, device=None):
                       inherit)
     history = trainer.train(args.epochs)
     record = {"config": name, "seed": seed, "devices": kind, "batch_size": batch, "lr": lr,
-            "world_size": dist.get_world_size() if kind == "ddp" else 1,
-            "torch_threads": torch.get_num_threads(),   # this run's, per process
-            "warmup_epochs": args.warmup_epochs if warm else 0,
-            "steps_per_epoch": trainer.steps_per_epoch, "history": history,
-            "test_acc": history[-1]["test_acc"]}
+              "world_size": dist.get_world_size() if kind == "ddp" else 1,
+              "torch_threads": torch.get_num_threads(),   # this run's, per process
+              "warmup_epochs": args.warmup_epochs if warm else 0,
+              "steps_per_epoch": trainer.steps_per_epoch, "history": history,
+              "test_acc": history[-1]["test_acc"]}
     if first is not None:
         record["first_run"] = first
     return record
