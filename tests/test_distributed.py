@@ -583,7 +583,10 @@ def test_run_torchrun_returns_rank_0_report(tmp_path):
         parser.add_argument("--report")
         parser.add_argument("word")
         args = parser.parse_args()
-        print("rank", os.environ["RANK"], "threads", os.environ["OMP_NUM_THREADS"])
+        # one write (PIPE_BUF-atomic) per line: print's separate pieces interleave across ranks
+        # when Python runs unbuffered (PYTHONUNBUFFERED, as on CI)
+        os.write(1, ("rank %s threads %s\\n" % (os.environ["RANK"],
+                                               os.environ["OMP_NUM_THREADS"])).encode())
         if os.environ["RANK"] == "0":
             report = {"world": int(os.environ["WORLD_SIZE"]), "word": args.word}
             json.dump(report, open(args.report, "w"))
