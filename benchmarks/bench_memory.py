@@ -8,7 +8,9 @@ prediction is the formula (``dltools.beyond.runs.predicted_memory``: 4 + 4 + 8 b
 parameter, the sharded parts divided by N; for FSDP2, ``ceil(rows / N)`` rows per parameter on its
 busiest rank). Two models: an even one (every dimension divisible by N) and an uneven one (width
 31: FSDP2 splits the 31 rows of each ``down`` layer 16 + 15 at N = 2 and 8 + 8 + 8 + 7 at N = 4,
-padding the short shards, so its busiest rank holds more than 1/N). One
+so its busiest rank holds ceil(31 / N) rows, more than 1/N). The bytes are each rank's local
+shards as tensors (``state_bytes``), so the padding FSDP2 adds to the storage of a short shard
+(7 rows stored as 8; ``dltools.beyond.fsdp.held_param_bytes`` reads the storage) is not in them. One
 launch per world size runs every technique (gloo on CPUs, nccl with a GPU per rank); 1 rank runs
 in this process. The table shows the busiest rank.
 """

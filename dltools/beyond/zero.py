@@ -16,6 +16,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..devices import rank_device
+from ..launch import single_process_group
 from .memory import CollectiveBytes, allocated_bytes, state_bytes
 from .model import (
     make_batch,
@@ -25,7 +26,45 @@ from .model import (
     update_diff,
 )
 
-__all__ = ["zero1_run"]
+__all__ = ["ddp_gradient_bytes", "zero1_run"]
+
+
+def ddp_gradient_bytes(gradient_as_bucket_view, width=64, depth=4, batch=32, steps=2):
+    """Train ``steps`` steps of DDP in a one-rank gloo group and count the bytes of its gradients
+    and of its all-reduce buckets after the last one: ``{"grads", "buckets", "extra"}``, where
+    ``extra`` is the bucket bytes that are not also gradient storage.
+
+    DDP all-reduces flat buckets. By default each gradient is copied into its bucket and back,
+    so the buckets are a second copy of the gradients (``extra`` = the gradients' bytes). With
+    ``gradient_as_bucket_view=True`` the gradients are views into the buckets (``extra`` = 0),
+    from the second step on: DDP rebuilds its buckets after the first (its docstring says so).
+    Only the last step's buckets are counted.
+
+    >>> plain, views = (ddp_gradient_bytes(view, width=8, depth=1) for view in (False, True))
+    >>> plain["grads"], plain["extra"], views["extra"]   # 552 fp32 parameters: 2,208 bytes
+    (2208, 2208, 0)
+    """
+    with single_process_group():
+        torch.manual_seed(0)
+        model = DDP(make_model(width=width, depth=depth),
+                    gradient_as_bucket_view=gradient_as_bucket_view)
+        buckets = {}
+
+        def note_bucket(state, bucket):
+            storage = bucket.buffer().untyped_storage()
+            buckets[storage.data_ptr()] = storage.nbytes()
+            return allreduce_hook(state, bucket)
+
+        model.register_comm_hook(None, note_bucket)
+        for _ in range(steps):
+            buckets.clear()
+            model.zero_grad(set_to_none=False)
+            x, y = make_batch(batch, width)
+            nn.functional.mse_loss(model(x), y).backward()
+        grads = {p.grad.untyped_storage().data_ptr(): p.grad.untyped_storage().nbytes()
+                 for p in model.parameters()}
+    return {"grads": sum(grads.values()), "buckets": sum(buckets.values()),
+            "extra": sum(n for ptr, n in buckets.items() if ptr not in grads)}
 
 
 def counting_allreduce_hook(counter, bucket):
