@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lab_format import core_only, optional_names_in_core, sections
+from lab_format import core_only, sections
 from notebook_setup import BADGES_START, badges
 from notebook_versions import executed_notebooks
 
@@ -467,36 +467,14 @@ def test_a_progress_bar_at_100_percent_passes():
 
 
 # ------------------------------------------------------------------ the core path, run alone
-
-WITH_OPTIONAL = [stem for stem in STEMS
-                 if any(kind == "optional" for _, kind, _ in sections(
-                     nbformat.read(SOURCE[stem], as_version=4)))]
+# The "core path names" check above reads the rule from the code; tests/test_browser.py runs each
+# student notebook's core path alone in JupyterLab.
 
 
 def test_core_only_drops_the_optional_sections():
     nb = notebook(("md", "# T"), ("md", "## A"), ("code", "a = 1"), ("md", "## Optional: B"),
                   ("code", "b = a"), ("md", "## C"), ("code", "c = a"))
     assert [c.source for c in core_only(nb).cells] == ["# T", "## A", "a = 1", "## C", "c = a"]
-
-
-def test_a_core_cell_that_reads_an_optional_name_is_found():
-    nb = notebook(("md", "# T"), ("md", "## Optional: B"), ("code", "b = 1\nimport numpy as np"),
-                  ("md", "## C"), ("code", "def f(x):\n    return x + b"),
-                  ("code", "a = np.ones(1)"),
-                  ("code", "def g(b):\n    return b\nc = [b for b in range(3)]"))
-    assert optional_names_in_core(nb) == [(2, ["b"]), (3, ["np"])]
-
-
-@pytest.mark.parametrize("stem", WITH_OPTIONAL)
-def test_the_core_path_runs_alone(stem):
-    """COURSE_FORMAT.md: a notebook with every optional section removed runs top to bottom: no core
-    cell uses a name that only an optional cell defines. Read from the instructor version's code
-    (its solutions included); tests/test_browser.py runs each student version's core path alone in
-    JupyterLab, which shows it running."""
-    nb = nbformat.read(SOURCE[stem], as_version=4)
-    assert len(core_only(nb).cells) < len(nb.cells)
-    assert optional_names_in_core(nb) == [], (
-        f"{stem}: these core cells (index in the core path) read names only optional cells set")
 
 
 def test_notebook_00_lists_each_converted_notebooks_core_minutes():
