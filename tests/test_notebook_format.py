@@ -40,10 +40,7 @@ STEMS = [p.stem for p in NOTEBOOKS]
 SOURCE = dict(zip(STEMS, NOTEBOOKS))
 
 #: The checks each notebook does not pass yet (issues #32 to #36 convert them).
-NOT_YET = {
-    "05_beyond_ddp": {"title cell", "plan table", "markdown sizes", "code sizes", "nbval markers",
-                      "saved outputs", "exercises"},
-}
+NOT_YET = {}
 
 CORE_MINUTES = 90
 WORDS_PER_MINUTE = 100
