@@ -67,3 +67,34 @@ def test_pipeline_matches_one_process_and_its_schedules(results):
         assert [max_in_flight(events, s) for s in (0, 1)] == (
             [m, m] if key[0] == "gpipe" else [2, 1])
         assert bubble_fraction(logical_timeline(events)) == pytest.approx(1 / (m + 1))
+
+
+def test_fsdp_and_tensor_parallelism_on_a_2d_mesh():
+    """4 ranks as 2 x 2: tensor-parallel pairs (0, 1) and (2, 3), FSDP2 across them. It trains
+    like one process; each rank holds a quarter of the model (down's bias, which tensor
+    parallelism keeps whole, a half); TP's all-reduces carry the pair's rows, FSDP2's gathers the
+    pair's half of the model."""
+    from dltools.beyond.mesh2d import fsdp_tp_run
+    from dltools.beyond.model import make_model
+
+    width, depth, batch = 16, 2, 8
+    results = launch(fsdp_tp_run, 4, width, depth, batch, timeout=120)
+    num_params = sum(p.numel() for p in make_model(width, depth).parameters())
+    biases = depth * width                       # each block's down.bias
+    for r in results:
+        assert r["losses"] == pytest.approx(r["ref_losses"], rel=1e-5)
+        assert r["grad_diff"] < 1e-5 and r["param_diff"] < 1e-3
+        assert r["mesh"]["tp_group"] == [r["rank"] // 2 * 2, r["rank"] // 2 * 2 + 1]
+        assert r["mesh"]["dp_group"] == [r["rank"] % 2, r["rank"] % 2 + 2]
+        assert r["memory"]["params"] == 4 * ((num_params - biases) // 4 + biases // 2)
+        assert r["calls"]["forward"] == {"all_gather": depth, "all_reduce": depth}
+        assert r["comm"]["forward"]["all_reduce"] == depth * (batch // 2) * width * 4
+        assert r["comm"]["forward"]["all_gather"] == 4 * ((num_params - biases) // 2 + biases)
+        assert r["comm"]["backward"]["reduce_scatter"] == r["comm"]["forward"]["all_gather"]
+
+
+def test_a_2d_mesh_needs_pairs():
+    from dltools.beyond.mesh2d import fsdp_tp_run
+    from dltools.distributed import single_process_group
+    with single_process_group(), pytest.raises(ValueError, match="1 ranks cannot form pairs of 2"):
+        fsdp_tp_run(16, 2, 8)

@@ -1,9 +1,9 @@
 """The notebook's runs, grouped: one launch per world size runs every technique.
 
 Starting worker processes costs seconds each time, so :func:`run_all` runs DDP, ZeRO-1, FSDP2
-(ZeRO-2 and ZeRO-3), tensor parallelism and (with 2 or more ranks) the pipeline schedules one
-after the other in the same process group and returns all their results
-(``tests/test_beyond_runs.py`` runs it).
+(ZeRO-2 and ZeRO-3), tensor parallelism, (with 2 or more ranks) the pipeline schedules and (with
+4, 6, ... ranks) FSDP2 and tensor parallelism on a 2-D mesh, one after the other in the same
+process group, and returns all their results (``tests/test_beyond_runs.py`` runs it).
 """
 import torch
 import torch.distributed as dist
@@ -11,6 +11,7 @@ import torch.distributed as dist
 from ..devices import rank_device
 from .fsdp import fsdp_run
 from .memory import per_rank_bytes
+from .mesh2d import fsdp_tp_run
 from .model import make_model
 from .pipeline import pipeline_run
 from .tensor_parallel import tp_run
@@ -35,7 +36,9 @@ def run_all(config):
     """Every technique on this process group; a dict of this rank's results.
 
     ``config["techniques"]`` (default: all of :data:`RUNNERS`) picks the techniques; the pipeline
-    runs when there are 2 or more ranks and ``config["pipeline"]`` is set.
+    runs when there are 2 or more ranks and ``config["pipeline"]`` is set, and ``"fsdp_tp"``
+    (:func:`~dltools.beyond.mesh2d.fsdp_tp_run`, pairs of tensor-parallel ranks) when there are 4
+    or more, an even number, and ``config.get("mesh2d", True)``.
     """
     common = {k: config[k] for k in ("width", "depth", "batch", "steps", "lr")}
     device = rank_device()
@@ -44,8 +47,10 @@ def run_all(config):
         if device.type == "cuda":   # each technique's ``allocated`` peak is its own
             torch.cuda.reset_peak_memory_stats(device)
         result[name] = RUNNERS[name](common)
-    result["pipeline"] = None
+    result["pipeline"] = result["fsdp_tp"] = None
     world = dist.get_world_size()
+    if world >= 4 and world % 2 == 0 and config.get("mesh2d", True):
+        result["fsdp_tp"] = fsdp_tp_run(**common)
     if world > 1 and config.get("pipeline"):
         pp = dict(config["pipeline"])
         pp.setdefault("microbatches", (world, 2 * world, 4 * world))   # 1F1B needs m >= p
