@@ -32,8 +32,10 @@ def check_zero_memory(answer):
               / GB for stage in (0, 1, 3)}
     if answer is not None and (isinstance(answer, bool) or not isinstance(answer, numbers.Real)):
         return report(False, "", "give a number of GB (1 GB = 1e9 bytes).", answer)
-    if close_enough(answer, expected * GB / 2**30):
+    if close_enough(answer, expected * GB / 2**30, rel=0.005):
         hint = "that is in GiB (2**30 bytes); give GB (1e9 bytes)."
+    elif close_enough(answer, expected * GB, rel=0.02):
+        hint = "that is in bytes; give GB (1 GB = 1e9 bytes)."
     elif close_enough(answer, others[0]):
         hint = "that is one GPU's share without sharding; ZeRO-2 shards two of the three parts."
     elif close_enough(answer, others[1]):
@@ -43,7 +45,7 @@ def check_zero_memory(answer):
     else:
         hint = ("2 + 2 + 12 bytes per parameter in bf16 mixed precision: which of the three parts "
                 "does ZeRO-2 divide by the number of GPUs?")
-    return report(close_enough(answer, expected),
+    return report(close_enough(answer, expected, rel=0.02),   # 37, rounded to whole GB, too
                   f"2 bytes x 13e9 of parameters, plus (2 + 12) bytes x 13e9 / 16 of gradients and "
                   f"optimizer state = {expected:g} GB per GPU (activations come on top).",
                   hint, answer)
@@ -54,6 +56,8 @@ def check_tp_all_reduces(answer):
     MLP blocks whose input requires a gradient."""
     blocks = 12
     expected = 2 * blocks
+    if isinstance(answer, float) and answer.is_integer():
+        answer = int(answer)                      # 24.0 is 24
     if answer is not None and not is_int(answer):
         return report(False, "", "a number of collectives is a whole number (an int).", answer)
     hint = ("that counts one direction only: backward all-reduces the input's gradient too."
@@ -87,6 +91,8 @@ def check_bubble(answer):
     expected = (p - 1) / (m + p - 1)
     if isinstance(answer, str):
         hint = "give a number (a fraction such as 0.25), not text in quotes."
+    elif answer is not None and close_enough(answer, 100 * expected):
+        hint = "that is a percentage; give the fraction (a number between 0 and 1)."
     elif answer is not None and close_enough(answer, (p - 1) / m):
         hint = "(p - 1) / m is bubble time over busy time; the question asks bubble over total."
     else:
@@ -111,6 +117,12 @@ def check_zero1_step(zero1_step):
     pieces = [p.clone().requires_grad_() for p in torch.tensor_split(param, world)]
     opts = [torch.optim.Adam([p], lr=lr) for p in pieces]
     sizes = [p.numel() for p in pieces]
+    # the gradient each piece has when its optimizer steps (a zero_grad() after the step would
+    # hide it from a look afterwards)
+    at_step = {}
+    for r, opt in enumerate(opts):
+        opt.register_step_pre_hook(lambda o, args, kwargs, r=r: at_step.__setitem__(
+            r, None if pieces[r].grad is None else pieces[r].grad.detach().clone()))
     for g in grads:
         full.grad = g.clone()
         full_opt.step()
@@ -125,7 +137,7 @@ def check_zero1_step(zero1_step):
                               f"your function raised {type(err).__name__}: {err}", zero1_step)
             # Adam hardly notices a gradient's scale (it divides by its running size), so the
             # pieces alone would accept a gradient divided by 4 or times 100: check the gradient.
-            want, got = torch.tensor_split(g, world)[r], pieces[r].grad
+            want, got = torch.tensor_split(g, world)[r], at_step.pop(r, pieces[r].grad)
             if got is not None and got.shape == want.shape and got.any() \
                     and not torch.allclose(got, want):
                 ratio = (got.double() @ want.double() / (want.double() @ want.double())).item()

@@ -10,10 +10,10 @@ from support.checks import assert_grades, assert_help_hides
 
 @pytest.mark.parametrize("check, right, wrongs", [
     (checks.check_zero_memory, 37.375, [208, 13, 61.75, 34.81, 11.375, 26, "37.375", True]),
-    (checks.check_tp_all_reduces, 24, [12, 48, 24.0, 23.9, "24", True]),
+    (checks.check_tp_all_reduces, 24, [12, 48, 23.9, 24.5, "24", True]),
     (checks.check_in_flight, (32, 6), [(6, 32), (32, 8), (32, 32), (6, 6), (32, 1), (32.0, 6.0),
                                        32, "32, 6"]),
-    (checks.check_bubble, 0.2, [0.25, 3 / 16, 0.3, "0.2", True]),
+    (checks.check_bubble, 0.2, [0.25, 3 / 16, 0.3, 20, "0.2", True]),
 ])
 def test_right_answer_passes_and_wrong_ones_fail(check, right, wrongs, capsys):
     assert_grades(capsys, check, right, wrongs)
@@ -32,6 +32,16 @@ def test_hints_name_the_usual_mistakes(capsys):
     assert "stage 0's" in capsys.readouterr().out
     checks.check_bubble(0.25)
     assert "busy time" in capsys.readouterr().out
+    checks.check_bubble(20)
+    assert "percentage" in capsys.readouterr().out
+    checks.check_zero_memory(37.375e9)
+    assert "in bytes" in capsys.readouterr().out
+
+
+def test_equal_answers_in_another_form_pass(capsys):
+    assert checks.check_zero_memory(37)            # rounded to whole GB
+    assert checks.check_tp_all_reduces(24.0)       # a whole number written as a float
+    assert capsys.readouterr().out.count("Correct") == 2
 
 
 def zero1_right(optimizer, piece, full_grad, rank, world_size):
@@ -68,6 +78,12 @@ def zero1_divided(optimizer, piece, full_grad, rank, world_size):  # averaged a 
     optimizer.step()
 
 
+def zero1_divided_then_zero_grad(optimizer, piece, full_grad, rank, world_size):
+    piece.grad = torch.tensor_split(full_grad, world_size)[rank] / world_size
+    optimizer.step()
+    optimizer.zero_grad()   # a training loop's habit: the gradient is gone after the call
+
+
 def zero1_times_100(optimizer, piece, full_grad, rank, world_size):
     piece.grad = 100 * torch.tensor_split(full_grad, world_size)[rank]
     optimizer.step()
@@ -78,9 +94,16 @@ def zero1_negated(optimizer, piece, full_grad, rank, world_size):
     optimizer.step()
 
 
+def zero1_right_then_zero_grad(optimizer, piece, full_grad, rank, world_size):
+    piece.grad = torch.tensor_split(full_grad, world_size)[rank].clone()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
 def test_zero1_step_right(capsys):
     assert checks.check_zero1_step(zero1_right)
-    assert "Correct" in capsys.readouterr().out
+    assert checks.check_zero1_step(zero1_right_then_zero_grad)
+    assert capsys.readouterr().out.count("Correct") == 2
 
 
 @pytest.mark.parametrize("wrong, says", [
@@ -88,7 +111,8 @@ def test_zero1_step_right(capsys):
     (zero1_rank0_slice, "rank 1's piece got another gradient"),
     (zero1_no_step, "never stepped"), (zero1_whole_grad, "raised RuntimeError"),
     (zero1_zero_grad, "did not change"),
-    (zero1_divided, "times 0.25"), (zero1_times_100, "times 100"), (zero1_negated, "times -1"),
+    (zero1_divided, "times 0.25"), (zero1_divided_then_zero_grad, "times 0.25"),
+    (zero1_times_100, "times 100"), (zero1_negated, "times -1"),
     ("zero1_step", "function itself"),
 ])
 def test_zero1_step_wrong(wrong, says, capsys):

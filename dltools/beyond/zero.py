@@ -118,6 +118,7 @@ def zero1_run(width=64, depth=4, batch=32, steps=2, lr=1e-3, shard_optimizer=Tru
             "comm": {"all_reduce": ddp_bytes["all_reduce"], **dict(counted.nbytes)},
             "backward_seen_by_dispatcher": dict(in_backward.nbytes),
             "hook_buckets": ddp_bytes["buckets"],
+            "step_calls": dict(counted.counts),   # ZeRO-1: one broadcast per parameter tensor
             # independent of the hook: what DDP must average, from the parameters themselves
             "grad_bytes": sum(p.numel() * p.element_size() for p in ddp.module.parameters()
                               if p.requires_grad),
