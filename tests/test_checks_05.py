@@ -9,9 +9,10 @@ from support.checks import assert_grades, assert_help_hides
 
 
 @pytest.mark.parametrize("check, right, wrongs", [
-    (checks.check_zero_memory, 37.375, [208, 13, 61.75, 34.81, 11.375, 26, "37.375", True]),
+    (checks.check_zero_memory, 37.375, [208, 13, 61.75, 34.81, 11.375, 26, 38, 36.8, "37.375",
+                                        True]),
     (checks.check_tp_all_reduces, 24, [12, 48, 23.9, 24.5, "24", True]),
-    (checks.check_in_flight, (32, 6), [(6, 32), (32, 8), (32, 32), (6, 6), (32, 1), (32.0, 6.0),
+    (checks.check_in_flight, (32, 6), [(6, 32), (32, 8), (32, 32), (6, 6), (32, 1), (32.5, 6.0),
                                        32, "32, 6"]),
     (checks.check_bubble, 0.2, [0.25, 3 / 16, 0.3, 20, "0.2", True]),
 ])
@@ -41,7 +42,8 @@ def test_hints_name_the_usual_mistakes(capsys):
 def test_equal_answers_in_another_form_pass(capsys):
     assert checks.check_zero_memory(37)            # rounded to whole GB
     assert checks.check_tp_all_reduces(24.0)       # a whole number written as a float
-    assert capsys.readouterr().out.count("Correct") == 2
+    assert checks.check_in_flight((32.0, 6.0))
+    assert capsys.readouterr().out.count("Correct") == 3
 
 
 def zero1_right(optimizer, piece, full_grad, rank, world_size):

@@ -32,8 +32,9 @@ __all__ = ["fsdp_run", "held_param_bytes", "shard_model"]
 
 
 def shard_model(model, mesh, reshard_after_forward=True):
-    """``fully_shard`` each block, then the root (bottom-up, as FSDP2 wants): one all-gather and
-    one reduce-scatter per block."""
+    """``fully_shard`` each block, then the root (bottom-up, as FSDP2 wants): one collective per
+    block and phase (an all-gather in forward; a reduce-scatter in backward, after a second
+    all-gather for ZeRO-3)."""
     for block in model:
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
     return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
