@@ -11,8 +11,8 @@ from support.checks import assert_grades, assert_help_hides
 @pytest.mark.parametrize("check, right, wrongs", [
     (checks.check_zero_memory, 37.375, [208, 13, 61.75, 34.81, 11.375, 26, 38, 36.8, "37.375",
                                         True]),
-    (checks.check_tp_all_reduces, 24, [12, 48, 23.9, 24.5, "24", True]),
-    (checks.check_in_flight, (32, 6), [(6, 32), (32, 8), (32, 32), (6, 6), (32, 1), (32.5, 6.0),
+    (checks.check_tp_all_reduces, 24, [12, 48, 24.0, 23.9, "24", True]),
+    (checks.check_in_flight, (32, 6), [(6, 32), (32, 8), (32, 32), (6, 6), (32, 1), (32.0, 6.0),
                                        32, "32, 6"]),
     (checks.check_bubble, 0.2, [0.25, 3 / 16, 0.3, 20, "0.2", True]),
 ])
@@ -39,11 +39,15 @@ def test_hints_name_the_usual_mistakes(capsys):
     assert "in bytes" in capsys.readouterr().out
 
 
-def test_equal_answers_in_another_form_pass(capsys):
+def test_a_total_rounded_to_whole_gb_passes_and_counts_must_be_ints(capsys):
     assert checks.check_zero_memory(37)            # rounded to whole GB
-    assert checks.check_tp_all_reduces(24.0)       # a whole number written as a float
-    assert checks.check_in_flight((32.0, 6.0))
-    assert capsys.readouterr().out.count("Correct") == 3
+    assert "Correct" in capsys.readouterr().out
+    # as in every notebook's checks (dltools.exercises.is_int): a count is an int, and the hint
+    # says so
+    assert not checks.check_tp_all_reduces(24.0)
+    assert "whole number (an int)" in capsys.readouterr().out
+    assert not checks.check_in_flight((32.0, 6.0))
+    assert "pair of ints" in capsys.readouterr().out
 
 
 def zero1_right(optimizer, piece, full_grad, rank, world_size):

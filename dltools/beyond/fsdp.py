@@ -28,7 +28,7 @@ from .model import (
     update_diff,
 )
 
-__all__ = ["fsdp_run", "held_param_bytes", "shard_model"]
+__all__ = ["fsdp_run", "held_param_bytes", "shard_model", "train_sharded"]
 
 
 def shard_model(model, mesh, reshard_after_forward=True):
@@ -60,6 +60,35 @@ def held_param_bytes(model):
     return held
 
 
+def train_sharded(net, x, y, steps, lr, after_forward=None):
+    """``steps`` Adam steps of ``net``, whose parameters are ``DTensor``s (FSDP2, tensor
+    parallelism or both), on this rank's rows ``x`` and ``y``; every rank calls it.
+
+    Returns ``optimizer``, ``losses`` (each step's loss averaged over all ranks), ``grads`` (the
+    first step's gradients, all-gathered whole by ``full_tensor()``: for the comparison with one
+    process only), ``forward`` and ``backward`` (the last step's :class:`CollectiveBytes`) and
+    ``after_forward`` (what ``after_forward()``, called between forward and backward, returned
+    in the last step).
+    """
+    world = dist.get_world_size()
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    losses, grads, seen = [], None, None
+    for _ in range(steps):
+        opt.zero_grad()
+        with CollectiveBytes() as fwd:
+            loss = nn.functional.mse_loss(net(x), y)
+        seen = after_forward() if after_forward else None
+        with CollectiveBytes() as bwd:
+            loss.backward()
+        grads = grads or [p.grad.full_tensor().detach().clone() for p in net.parameters()]
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)   # a tensor-parallel pair holds equal copies: still the mean
+        losses.append(total.item() / world)
+    return {"optimizer": opt, "losses": losses, "grads": grads, "forward": fwd, "backward": bwd,
+            "after_forward": seen}
+
+
 def fsdp_run(width=64, depth=4, batch=32, steps=2, lr=1e-3, reshard_after_forward=True):
     """Train with FSDP2 and Adam, compare with one process, measure memory and traffic.
 
@@ -79,21 +108,9 @@ def fsdp_run(width=64, depth=4, batch=32, steps=2, lr=1e-3, reshard_after_forwar
     x, y = x[rank * rows:(rank + 1) * rows].to(device), y[rank * rows:(rank + 1) * rows].to(device)
 
     sharded = shard_model(copy.deepcopy(model).to(device), mesh, reshard_after_forward)
-    opt = torch.optim.Adam(sharded.parameters(), lr=lr)
-    losses, grads = [], None
-    for _ in range(steps):
-        opt.zero_grad()
-        with CollectiveBytes() as fwd:
-            loss = nn.functional.mse_loss(sharded(x), y)
-        after_forward = held_param_bytes(sharded)
-        with CollectiveBytes() as bwd:
-            loss.backward()
-        # p.grad is this rank's shard; full_tensor() all-gathers it (for the comparison only)
-        grads = grads or [p.grad.full_tensor().detach().clone() for p in sharded.parameters()]
-        opt.step()
-        global_loss = loss.detach().clone()
-        dist.all_reduce(global_loss)
-        losses.append(global_loss.item() / world)
+    run = train_sharded(sharded, x, y, steps, lr, after_forward=lambda: held_param_bytes(sharded))
+    opt, losses, grads, fwd, bwd, after_forward = (
+        run[k] for k in ("optimizer", "losses", "grads", "forward", "backward", "after_forward"))
     memory = state_bytes(sharded, opt)
     after_step = held_param_bytes(sharded)
     params = [p.full_tensor() for p in sharded.parameters()]

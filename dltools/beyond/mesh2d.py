@@ -12,14 +12,12 @@ number), on every rank.
 """
 import copy
 
-import torch
 import torch.distributed as dist
-from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
 from ..devices import rank_device
-from .fsdp import shard_model
-from .memory import CollectiveBytes, state_bytes
+from .fsdp import shard_model, train_sharded
+from .memory import state_bytes
 from .model import make_batch, make_model, max_rel_diff, reference_steps, update_diff
 from .tensor_parallel import parallelize_mlp
 
@@ -47,19 +45,9 @@ def fsdp_tp_run(width=64, depth=4, batch=32, steps=2, lr=1e-3, tp=2):
     x, y = (t[dp_rank * rows:(dp_rank + 1) * rows].to(device) for t in (x, y))
 
     net = shard_model(parallelize_mlp(copy.deepcopy(model).to(device), mesh["tp"]), mesh["dp"])
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-    losses, grads = [], None
-    for _ in range(steps):
-        opt.zero_grad()
-        with CollectiveBytes() as fwd:
-            loss = nn.functional.mse_loss(net(x), y)
-        with CollectiveBytes() as bwd:
-            loss.backward()
-        grads = grads or [p.grad.full_tensor().detach().clone() for p in net.parameters()]
-        opt.step()
-        mean_loss = loss.detach().clone()
-        dist.all_reduce(mean_loss)       # the tp pair's copies are equal: the mean over dp pairs
-        losses.append(mean_loss.item() / world)
+    run = train_sharded(net, x, y, steps, lr)   # the loss: the mean over the dp pairs' rows
+    opt, losses, grads, fwd, bwd = (run[k] for k in ("optimizer", "losses", "grads", "forward",
+                                                     "backward"))
     params = [p.full_tensor() for p in net.parameters()]
     return {"rank": rank, "world_size": world,
             "mesh": {"dp": dp_rank, "tp": mesh["tp"].get_local_rank(),
