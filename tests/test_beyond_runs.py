@@ -11,7 +11,8 @@ from dltools.beyond.runs import CONFIG, RUNNERS, predicted_memory, run_all
 from dltools.distributed import launch
 
 SMALL = {**CONFIG, "width": 32, "batch": 16,
-         "pipeline": {"width": 32, "depth": 4, "batch": 16, "microbatches": (2, 4)}}
+         "pipeline": {"width": 32, "depth": 4, "batch": 16, "microbatches": (2, 4)},
+         "overlap": {"width": 32, "sizes": (2**12, 2**14), "rows": (8, 32), "repeats": 2}}
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,18 @@ def test_pipeline_matches_one_process_and_its_schedules(results):
         assert [max_in_flight(events, s) for s in (0, 1)] == (
             [m, m] if key[0] == "gpipe" else [2, 1])
         assert bubble_fraction(logical_timeline(events)) == pytest.approx(1 / (m + 1))
+
+
+def test_the_overlap_timings_are_complete_and_the_same_on_every_rank(results):
+    """The alpha-beta section's timings: one block's all-gather is handed the block's 4 bytes per
+    parameter in one call, and every rank returns the slowest rank's times (not its own)."""
+    first, second = (r["overlap"] for r in results)
+    assert first == second
+    block = 32 * 128 + 128 + 128 * 32 + 32
+    assert first["block_bytes"] == 4 * block and first["counted"] == {"all_gather": 4 * block}
+    assert first["matmul_params"] == 2 * 32 * 128
+    assert [len(first[k]) for k in ("gather_s", "forward_s", "overlapped_s")] == [2, 2, 2]
+    assert all(t > 0 for k in ("gather_s", "forward_s", "overlapped_s") for t in first[k])
 
 
 def test_fsdp_and_tensor_parallelism_on_a_2d_mesh():

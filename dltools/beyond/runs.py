@@ -1,8 +1,9 @@
 """The notebook's runs, grouped: one launch per world size runs every technique.
 
 Starting worker processes costs seconds each time, so :func:`run_all` runs DDP, ZeRO-1, FSDP2
-(ZeRO-2 and ZeRO-3), tensor parallelism, (with 2 or more ranks) the pipeline schedules and (with
-4, 6, ... ranks) FSDP2 and tensor parallelism on a 2-D mesh, one after the other in the same
+(ZeRO-2 and ZeRO-3), tensor parallelism, (with 2 or more ranks) the pipeline schedules, (with
+4, 6, ... ranks) FSDP2 and tensor parallelism on a 2-D mesh and (with 2 ranks) the timings of
+the alpha-beta model (:func:`~dltools.beyond.overlap.overlap_run`), one after the other in the same
 process group, and returns all their results (``tests/test_beyond_runs.py`` runs it).
 """
 import torch
@@ -13,6 +14,7 @@ from .fsdp import fsdp_run
 from .memory import per_rank_bytes
 from .mesh2d import fsdp_tp_run
 from .model import make_model
+from .overlap import overlap_run
 from .pipeline import pipeline_run
 from .tensor_parallel import tp_run
 from .zero import zero1_run
@@ -22,7 +24,8 @@ __all__ = ["CONFIG", "RUNNERS", "STAGES", "predicted_memory", "run_all"]
 # width and depth divisible by 4: whole shards at 1, 2 and 4 ranks; batch rows divisible by 4 too
 CONFIG = {"width": 64, "depth": 4, "batch": 32, "steps": 2, "lr": 1e-3,
           "pipeline": {"width": 256, "depth": 4, "batch": 256, "schedules": ("gpipe", "1f1b"),
-                       "repeats": 2}}   # the second step is timed: no first-call costs
+                       "repeats": 2},   # the second step is timed: no first-call costs
+          "overlap": {"width": 64}}      # at 2 ranks: one block's all-gather against its forward
 
 
 RUNNERS = {"ddp": lambda c: zero1_run(**c, shard_optimizer=False),
@@ -38,7 +41,8 @@ def run_all(config):
     ``config["techniques"]`` (default: all of :data:`RUNNERS`) picks the techniques; the pipeline
     runs when there are 2 or more ranks and ``config["pipeline"]`` is set, and ``"fsdp_tp"``
     (:func:`~dltools.beyond.mesh2d.fsdp_tp_run`, pairs of tensor-parallel ranks) when there are 4
-    or more, an even number, and ``config.get("mesh2d", True)``.
+    or more, an even number, and ``config.get("mesh2d", True)``; ``"overlap"``
+    (:func:`~dltools.beyond.overlap.overlap_run` with ``config["overlap"]``) at 2 ranks, when set.
     """
     common = {k: config[k] for k in ("width", "depth", "batch", "steps", "lr")}
     device = rank_device()
@@ -47,10 +51,12 @@ def run_all(config):
         if device.type == "cuda":   # each technique's ``allocated`` peak is its own
             torch.cuda.reset_peak_memory_stats(device)
         result[name] = RUNNERS[name](common)
-    result["pipeline"] = result["fsdp_tp"] = None
+    result["pipeline"] = result["fsdp_tp"] = result["overlap"] = None
     world = dist.get_world_size()
     if world >= 4 and world % 2 == 0 and config.get("mesh2d", True):
         result["fsdp_tp"] = fsdp_tp_run(**common)
+    if world == 2 and config.get("overlap"):   # 2 ranks: on 2 cores, one core each
+        result["overlap"] = overlap_run(**config["overlap"])
     if world > 1 and config.get("pipeline"):
         pp = dict(config["pipeline"])
         pp.setdefault("microbatches", (world, 2 * world, 4 * world))   # 1F1B needs m >= p
