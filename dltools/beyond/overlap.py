@@ -1,16 +1,20 @@
 """When does an all-gather hide behind compute? The alpha-beta model, measured in one run.
 
-FSDP2 all-gathers the next block's parameters while the current block computes (on a GPU, on its
-own CUDA stream). The gather costs nothing when it takes no longer than the compute it overlaps.
-:func:`overlap_run` measures, on every rank of a process group and in the same run:
+FSDP2 can all-gather the next block's parameters while the current block computes: on a GPU it
+does (its all-gathers run on their own CUDA stream while the CPU queues kernels ahead); under gloo
+on a CPU it waits for each gather before the block runs. The gather costs nothing when it takes
+no longer than the compute beside it. :func:`overlap_run` measures, on every rank of a process
+group and in the same run:
 
 - the time of an all-gather for several sizes ``S`` (bytes of the gathered tensor), to fit
-  ``t = alpha + (N - 1) / N * S / beta`` (:func:`fit_alpha_beta`): ``alpha`` is what each call
-  costs, ``beta`` the bandwidth;
-- the time of one block's forward for several numbers of rows per rank: :func:`crossing` finds
-  the rows from which it outlasts a gather;
+  notebook 03's model ``t = (N - 1) * alpha + (N - 1) / N * S * beta`` (:func:`fit_alpha_beta`:
+  ``alpha`` seconds per message, ``beta`` seconds per byte, a ring's N - 1 messages);
+- the time of one block's forward for several numbers of rows per rank, to fit
+  ``t = t0 + rows * c`` (:func:`fit_cost`); :func:`crossing` finds the rows from which it
+  outlasts a gather;
 - the time of the gather of one block's parameters started with ``async_op=True`` while the
-  block's forward runs, then waited for: what overlapping really gives on this machine.
+  block's forward runs, then waited for, as an explicit prefetch would: what overlapping really
+  gives on this machine.
 
 Each time is the best of ``repeats`` tries (the noise of a busy machine only adds time), and the
 slowest rank's (a collective ends when its last rank does). Timings depend on the machine: they
@@ -26,7 +30,7 @@ from ..timing import synchronize
 from .memory import CollectiveBytes
 from .model import Block
 
-__all__ = ["crossing", "fit_alpha_beta", "fit_line", "overlap_run"]
+__all__ = ["crossing", "fit_alpha_beta", "fit_cost", "overlap_run"]
 
 
 def _timed(fn, repeats, device):
@@ -46,28 +50,48 @@ def _timed(fn, repeats, device):
     return float(slowest)
 
 
-def fit_line(x, y):
-    """Least-squares ``(intercept, slope)`` of ``y = intercept + slope * x``.
+def fit_cost(units, seconds):
+    """``(fixed, per_unit)``, both at least 0, of ``seconds = fixed + per_unit * units``, fitted
+    as notebook 03 fits alpha and beta: least squares on the *relative* errors, so that small
+    and large sizes count alike (with two coefficients, a negative one is set to 0 and the other
+    refitted: the non-negative least-squares solution).
 
-    >>> fit_line([1, 2, 3], [3, 5, 7])
-    (1.0, 2.0)
+    >>> [round(v, 9) for v in fit_cost([1, 2, 4], [3.0, 5.0, 9.0])]
+    [1.0, 2.0]
+    >>> fit_cost([1, 2], [1.0, 1.0])[1]   # a flat line: no cost per unit
+    0.0
     """
-    n = len(x)
-    mx, my = sum(x) / n, sum(y) / n
-    slope = (sum((a - mx) * (b - my) for a, b in zip(x, y))
-             / sum((a - mx) ** 2 for a in x))
-    return my - slope * mx, slope
+    rows = [(1 / t, u / t) for u, t in zip(units, seconds)]   # each row of A / t, target 1
+    def solve(columns):
+        a = [[sum(r[i] * r[j] for r in rows) for j in columns] for i in columns]
+        b = [sum(r[i] for r in rows) for i in columns]
+        if len(columns) == 1:
+            return {columns[0]: b[0] / a[0][0]}
+        det = a[0][0] * a[1][1] - a[0][1] * a[1][0]
+        return {columns[0]: (b[0] * a[1][1] - a[0][1] * b[1]) / det,
+                columns[1]: (a[0][0] * b[1] - a[1][0] * b[0]) / det}
+    x = solve([0, 1])
+    if min(x.values()) < 0:
+        x = {0: 0.0, 1: 0.0, **max((solve([0]), solve([1])), key=lambda y: -_residual(rows, y))}
+    return x[0], x[1]
+
+
+def _residual(rows, x):
+    return sum((1 - sum(r[i] * v for i, v in x.items())) ** 2 for r in rows)
 
 
 def fit_alpha_beta(sizes, seconds, world_size):
-    """``(alpha, beta)`` of ``t = alpha + (N - 1) / N * S / beta`` fitted to all-gathers of
-    ``sizes`` bytes (the gathered tensor) that took ``seconds``.
+    """``(alpha, beta)``, seconds per message and per byte, of notebook 03's ring model for an
+    all-gather, ``t = (N - 1) * alpha + (N - 1) / N * S * beta``, fitted (:func:`fit_cost`) to
+    all-gathers of ``sizes`` bytes (the gathered tensor) that took ``seconds``.
 
-    >>> fit_alpha_beta([1000, 2000], [0.001 + 500 / 1e6, 0.001 + 1000 / 1e6], 2)
-    (0.001, 1000000.0)
+    >>> a, b = fit_alpha_beta([1000, 2000], [1e-3 + 500e-9, 1e-3 + 1000e-9], 2)
+    >>> round(a, 9), round(b, 15)
+    (0.001, 1e-09)
     """
-    alpha, slope = fit_line([(world_size - 1) / world_size * s for s in sizes], seconds)
-    return round(alpha, 12), round(1 / slope, 3)
+    n = world_size
+    fixed, per_byte = fit_cost([(n - 1) / n * s for s in sizes], seconds)
+    return fixed / (n - 1), per_byte
 
 
 def crossing(rows, seconds, target):
@@ -95,8 +119,8 @@ def overlap_run(width=64, sizes=(2**12, 2**14, 2**16, 2**18, 2**20, 2**22),
     rank): ``gather_s`` for each of ``sizes`` (bytes gathered), ``forward_s`` and
     ``overlapped_s`` for each of ``rows`` (rows per rank), ``block_gather_s`` (the gather of one
     block's parameters alone), with ``block_bytes``, ``matmul_params`` (the weights a row is
-    multiplied by: 2 FLOPs each) and ``counted`` (the bytes :class:`CollectiveBytes` saw the
-    block's gather handed, to check ``block_bytes``).
+    multiplied by: 2 FLOPs each), and ``counted`` and ``calls`` (the bytes and the calls
+    :class:`CollectiveBytes` saw for the block's gather).
     """
     world, device = dist.get_world_size(), rank_device()
     block = Block(width).to(device)
@@ -131,5 +155,5 @@ def overlap_run(width=64, sizes=(2**12, 2**14, 2**16, 2**18, 2**20, 2**22),
     return {"world_size": world, "width": width, "sizes": list(sizes), "gather_s": gather_s,
             "rows": list(rows), "forward_s": forward_s, "overlapped_s": overlapped_s,
             "block_bytes": block_bytes, "block_gather_s": block_gather_s,
-            "counted": dict(seen.nbytes),
+            "counted": dict(seen.nbytes), "calls": dict(seen.counts),
             "matmul_params": sum(m.weight.numel() for m in (block.up, block.down))}
