@@ -522,7 +522,10 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
     ``--report PATH`` appended, rank 0 writes a JSON file there, and that dict is returned with the
     run's output under ``'log'``; otherwise the output (stdout and stderr together) is returned.
     After ``timeout`` seconds torchrun is stopped, and so are its workers: torchrun starts each
-    in a session of its own and stops them when it is asked to; any it leaves are killed.
+    in a session of its own and stops them when it is asked to; any it leaves are killed. If this
+    process ends first (a notebook kernel killed or restarted), torchrun and its workers stop
+    too: on Linux by the parent-death signal, elsewhere through :mod:`dltools.guard`
+    (:data:`PARENT_WATCH`).
 
     >>> import os, tempfile; path = os.path.join(tempfile.mkdtemp(), 'hello.py')
     >>> # os.write: one write each, so the two processes' output cannot interleave mid-word
@@ -551,8 +554,12 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
     child_env.setdefault("OMP_NUM_THREADS", str(threads_per_process(nproc)))
     # Its own session, stopped as a whole on a timeout. torchrun's agent starts every worker in a
     # session of its own (and stops them itself on SIGTERM), so its workers are found by parent.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=child_env, start_new_session=True, preexec_fn=_die_with_parent())
+    started = cmd
+    if PARENT_WATCH == "guard":   # a watchdog between this process and torchrun
+        started = [sys.executable, "-m", "dltools.guard", str(os.getpid()), *cmd]
+    proc = subprocess.Popen(started, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=child_env, start_new_session=True,
+                            preexec_fn=_die_with_parent() if PARENT_WATCH == "prctl" else None)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except BaseException:
@@ -577,6 +584,12 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: how run_torchrun's torchrun learns that this process has ended: "prctl" (Linux's parent-death
+#: signal, set in the child) or "guard" (a small watchdog process, :mod:`dltools.guard`, that polls
+#: this process and stops torchrun's tree; used where there is no such signal, macOS and Windows)
+PARENT_WATCH = "prctl" if sys.platform.startswith("linux") else "guard"
 
 
 def _die_with_parent():

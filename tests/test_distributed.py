@@ -378,17 +378,19 @@ def test_launch_refuses_a_time_that_is_not_a_number(name, value):
         dd.launch(dd.rank_info, 2, **{name: value})
 
 
-def test_torchrun_stops_when_the_notebook_dies(tmp_path):
+@pytest.mark.parametrize("watch", ["prctl", "guard"])
+def test_torchrun_stops_when_the_notebook_dies(tmp_path, watch):
     """A kernel restart kills the notebook's process (SIGKILL after 2.5 s): torchrun, started by
-    run_torchrun, gets the parent-death signal and stops its workers."""
+    run_torchrun, gets the parent-death signal (Linux) or is stopped by dltools.guard (macOS,
+    Windows; tried here on Linux too), and its workers stop."""
     import signal
     import subprocess
 
     import psutil
     script = pid_writing_script(tmp_path)
-    kernel = subprocess.Popen([sys.executable, "-c", "import sys; from dltools import distributed "
-                               "as dd; dd.run_torchrun(sys.argv[1], 2, report=False)",
-                               str(script)])
+    kernel = subprocess.Popen([sys.executable, "-c", "import sys; import dltools.launch as L; "
+                               f"L.PARENT_WATCH = {watch!r}; "
+                               "L.run_torchrun(sys.argv[1], 2, report=False)", str(script)])
     end = time.monotonic() + 60
     while not all((tmp_path / f"pid{r}").exists() for r in range(2)):
         assert time.monotonic() < end and kernel.poll() is None, "torchrun did not start"
@@ -656,9 +658,10 @@ def test_run_torchrun_kills_workers_a_killed_torchrun_left_behind(tmp_path, monk
 
 
 def test_run_torchrun_stops_its_workers_where_there_are_no_sessions(tmp_path, monkeypatch):
-    """As on Windows: no os.killpg, and terminate() kills torchrun at once (TerminateProcess), so
-    it cannot stop its workers; they are found and killed all the same."""
+    """As on Windows: no os.killpg, terminate() kills at once (TerminateProcess), and torchrun is
+    started through dltools.guard; on a timeout its workers are found and killed all the same."""
     import subprocess
+    monkeypatch.setattr(launch_module, "PARENT_WATCH", "guard")
     monkeypatch.delattr(os, "killpg")
     monkeypatch.setattr(subprocess.Popen, "terminate", subprocess.Popen.kill)
     script = pid_writing_script(tmp_path)
@@ -666,6 +669,27 @@ def test_run_torchrun_stops_its_workers_where_there_are_no_sessions(tmp_path, mo
         dd.run_torchrun(script, 2, report=False, timeout=15)
     # orphaned workers are no longer this process's descendants: look them up by pid
     assert gone(worker_pids(tmp_path))
+    assert_no_process_left()
+
+
+def test_run_torchrun_through_the_guard_reports_and_fails_as_without_it(tmp_path, monkeypatch):
+    """Where there is no parent-death signal, torchrun runs under dltools.guard: rank 0's report,
+    torchrun's output and a failing rank's exit code and message come through it unchanged."""
+    monkeypatch.setattr(launch_module, "PARENT_WATCH", "guard")
+    script = write_script(tmp_path, """
+        import argparse, json, os
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--report")
+        args = parser.parse_args()
+        if os.environ["RANK"] == "1" and os.environ.get("FAIL"):
+            raise ValueError("worker 1 is broken")
+        if os.environ["RANK"] == "0":
+            json.dump({"world": int(os.environ["WORLD_SIZE"])}, open(args.report, "w"))
+        """)
+    assert dd.run_torchrun(script, 2)["world"] == 2
+    with pytest.raises(dd.TorchrunError) as info:
+        dd.run_torchrun(script, 2, env={"FAIL": "1"})
+    assert info.value.returncode == 1 and "worker 1 is broken" in str(info.value)
     assert_no_process_left()
 
 

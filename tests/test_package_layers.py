@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dltools"
 # dltools/beyond/, its own sibling modules).
 LAYERS = {
     "devices": 0, "timing": 0, "data": 0, "models": 0, "exercises": 0, "plotting": 0, "paths": 0,
+    "guard": 0,
     "stats": 0,
     "parallel": 1, "launch": 1, "requirements": 1,
     "traffic": 2,
