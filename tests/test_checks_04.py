@@ -124,7 +124,25 @@ def test_fair_comparison_right_answer_passes(capsys):
     assert checks.check_fair_comparison(answer, RESULTS)
     out = capsys.readouterr().out
     assert "excludes 0" in out and "about 3 percentage points behind batch 256" in out, out
-    assert "do not show that the second device matters" in out
+    assert "do not tie the difference to the second device" in out
+    assert "borderline" in out and "last 1, 4 or 5 epochs" in out   # computed, not written in
+
+
+def test_fair_comparison_reading_follows_the_data(capsys):
+    """The verdict is built from the intervals: with DataParallel's scores raised by 0.1 it says
+    'ahead of', and that one device at batch 512 has the other sign."""
+    import copy
+    raised = copy.deepcopy(RESULTS)
+    for run in raised["runs"]:
+        if run["config"] == "dp-512":
+            for h in run["history"]:
+                h["test_acc_recalibrated_bn"] += 0.1
+    answer = checks._interval_of(raised, "dp-512", "one-256", "test_acc_recalibrated_bn",
+                                 range(8, 11))
+    assert checks.check_fair_comparison(answer, raised)
+    out = capsys.readouterr().out
+    assert "points ahead of batch 256" in out and "the other sign" in out, out
+    assert "with only the last epoch instead of the last 3, the interval includes 0" in out, out
 
 
 @pytest.mark.parametrize("wrong, hint", [

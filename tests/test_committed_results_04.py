@@ -130,24 +130,27 @@ def test_h4_only_one_interval_excludes_zero():
 
 
 def test_width_4_exaggerates_the_first_steps_relative_update():
-    """'In the first step at lr 0.2, every 3×3 convolution after the first layer changes 3 to 6
-    times more, relative to its size, at width 4 than at width 64.'"""
+    """'In the first step at lr 0.2, every 3×3 convolution after the first layer changes about 3
+    to 7 times more, relative to its size, at width 4 than at width 64 (measured on one batch of
+    256, with two random seeds).'"""
     from torch import nn
 
     import dltools
 
     X, y = next(iter(dltools.load_data_fashion_mnist(256, num_train=256, num_test=1)[0]))
-    updates = {}
-    for width in (4, 64):
-        dltools.seed_everything(0)
-        net = dltools.resnet18(10, in_channels=1, width=width)
-        net.apply(dltools.init_weights_normal)
-        nn.functional.cross_entropy(net(X), y).backward()
-        updates[width] = {n: (0.2 * p.grad.norm() / p.norm()).item()
-                          for n, p in net.named_parameters() if p.dim() == 4 and p.shape[-1] == 3}
-    ratios = [updates[4][n] / updates[64][n] for n in updates[4] if n != "0.weight"]
-    assert len(ratios) == 16 and all(3 <= r <= 6 for r in ratios), ratios
-    assert 0.8 < updates[4]["0.weight"] / updates[64]["0.weight"] < 1.5   # the first layer: alike
+    for seed in (0, 1):
+        updates = {}
+        for width in (4, 64):
+            dltools.seed_everything(seed)
+            net = dltools.resnet18(10, in_channels=1, width=width)
+            net.apply(dltools.init_weights_normal)
+            nn.functional.cross_entropy(net(X), y).backward()
+            updates[width] = {n: (0.2 * p.grad.norm() / p.norm()).item()
+                              for n, p in net.named_parameters()
+                              if p.dim() == 4 and p.shape[-1] == 3}
+        ratios = [updates[4][n] / updates[64][n] for n in updates[4] if n != "0.weight"]
+        assert len(ratios) == 16 and all(2.8 <= r <= 7.2 for r in ratios), (seed, ratios)
+        assert 0.8 < updates[4]["0.weight"] / updates[64]["0.weight"] < 1.5   # the first: alike
 
 
 def test_after_one_epoch_re_estimated_statistics_score_better():
