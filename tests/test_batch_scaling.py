@@ -90,8 +90,18 @@ def test_ddp_needs_torchrun_and_runs_under_it(tmp_path):
     assert r["runs"][0]["batch_size"] == 64 and r["runs"][0]["steps_per_epoch"] == 3
     for x in r["runs"]:  # the train metrics cover both ranks' shards (their all-reduce)
         assert x["world_size"] == 2 and [h["train_examples"] for h in x["history"]] == [192, 192]
-    # each epoch a new order: the sampler is reseeded (static, as the order is not reported)
-    assert "self.sampler.set_epoch(epoch)" in SCRIPT.read_text()
+
+
+def test_ddp_trainer_reshuffles_each_epoch_and_shards_the_data(script):
+    """The DDP trainer's order comes from its DistributedSampler, reseeded each epoch: run in a
+    process group of one, epoch 1's order differs from epoch 0's, each is a permutation of the
+    training set, and asking again for an epoch gives that epoch's order again."""
+    args = script.parse_args(["--num-train", "64", "--num-test", "10", "--width", "2"])
+    with dd.single_process_group("gloo"):
+        trainer = script.Trainer("ddp", 16, 0.1, 0, 0, args, torch.device("cpu"))
+        orders = [trainer._order(e) for e in (0, 1, 0)]
+    assert not torch.equal(orders[0], orders[1]) and torch.equal(orders[0], orders[2])
+    assert all(sorted(o.tolist()) == list(range(64)) for o in orders)
 
 
 def test_ddp_runs_join_the_one_process_report(report, tmp_path):
