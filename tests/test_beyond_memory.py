@@ -77,3 +77,26 @@ def test_saved_activation_bytes_leaves_out_the_given_parameters():
     # as a plain function, Linear's saved weight counts unless the parameters are given
     assert saved_activation_bytes(lambda t: net(t), x)[1] == 4 * 4 * 10 + 4 * 10 * 20
     assert saved_activation_bytes(lambda t: net(t), x, params=net.parameters())[1] == 4 * 4 * 10
+
+
+def count_gathers_and_scatters():
+    """On every rank of a launch: the bytes CollectiveBytes counts for c10d's and the functional
+    all-gather and reduce-scatter, with N ranks (the full tensor: N times a rank's piece)."""
+    import torch.distributed._functional_collectives as fc
+    n = dist.get_world_size()
+    with CollectiveBytes() as c:
+        piece = torch.ones(6)
+        whole = torch.empty(6 * n)
+        getattr(dist, "all_gather_single", dist.all_gather_into_tensor)(whole, piece)
+        getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)(torch.empty(6), whole)
+        getattr(fc, "all_gather_single", fc.all_gather_tensor)(
+            torch.ones(5), 0, dist.group.WORLD).wait()
+        fc.reduce_scatter_tensor(torch.ones(4 * n), "sum", 0, dist.group.WORLD).wait()
+    return n, dict(c.counts), dict(c.nbytes)
+
+
+def test_collective_bytes_counts_the_whole_tensor_on_two_ranks():
+    from dltools.distributed import launch
+    for n, counts, nbytes in launch(count_gathers_and_scatters, 2, timeout=60):
+        assert n == 2 and counts == {"all_gather": 2, "reduce_scatter": 2}
+        assert nbytes == {"all_gather": 4 * (6 * n + 5 * n), "reduce_scatter": 4 * (6 * n + 4 * n)}

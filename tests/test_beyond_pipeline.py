@@ -49,9 +49,14 @@ def test_a_bad_order_is_refused():
         logical_timeline(events)
 
 
-def test_one_sequential_order_has_a_larger_bubble():
-    # all of stage 0's microbatches must wait for stage 1: a 1-microbatch pipeline idles half
-    assert bubble_fraction(logical_timeline(gpipe(2, 1))) == pytest.approx(0.5)
+def test_one_microbatch_at_a_time_has_a_larger_bubble_than_the_formula():
+    """F0 B0 F1 B1 ... on every stage (no microbatch starts before the last one came back) idles
+    far more than (p - 1)/(m + p - 1): the replay measures the order, not the formula."""
+    p, m = 4, 8
+    serial = [{"stage": s, "what": w, "microbatch": i, "start": 2 * i + (w == "backward")}
+              for s in range(p) for i in range(m) for w in ("forward", "backward")]
+    bubble = bubble_fraction(logical_timeline(serial))
+    assert bubble == pytest.approx(0.75) and bubble > (p - 1) / (m + p - 1) + 0.4
 
 
 def test_stages_need_a_depth_divisible_by_the_world_size():

@@ -33,8 +33,11 @@ def test_memory_per_rank_matches_the_formulas(results):
         for name in RUNNERS:
             predicted = predicted_memory(name, SMALL, 2)
             measured = r[name]["memory"]
-            for part in ("params", "grads", "optimizer"):
-                assert measured[part] == pytest.approx(predicted[part], rel=0.01), (name, part)
+            # as notebook 05 asserts: exact, but Adam's 4-byte step counter per tensor held
+            assert measured["params"] == predicted["params"], name
+            assert measured["grads"] == predicted["grads"], name
+            extra = measured["optimizer"] - predicted["optimizer"]
+            assert 0 < extra <= 4 * 4 * SMALL["depth"], (name, extra)   # 4 tensors per block
     for r in results:   # ZeRO-2 holds shards + gathered parameters between forward and backward
         p = 4 * r["ddp"]["num_params"]
         assert r["fsdp_zero2"]["held_after_forward"] == {"sharded": p // 2, "unsharded": p}
