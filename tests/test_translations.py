@@ -133,3 +133,15 @@ def test_the_glossary_picks_one_term_each():
         re.compile(term["match"])
         assert term["zh"] not in term.get("avoid", []), term
         assert not set(term.get("avoid", [])) & set(chosen), term
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_chinese_badges_open_the_chinese_notebook(name):
+    """With the repository's URL set, each Chinese notebook's Colab and Kaggle badges open that
+    Chinese notebook (until it is set, a line says where to read on)."""
+    url = "https://github.com/someone/dp-course"
+    first = translate.built(name, STUDENT, url=url).cells[0].source
+    links = re.findall(r"\]\((https://[^)]+/blob/[^)]+)\)", first)
+    assert len(links) == 2 and all(link.endswith(f"/notebooks/zh/{name}") for link in links), links
+    unset = translate.built(name, STUDENT, url="").cells[0].source
+    assert "README.zh-CN.md" in unset and "blob/" not in unset
