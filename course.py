@@ -164,6 +164,8 @@ def slides(args):
 def main(argv):
     if len(argv) < 1 or argv[0] not in ("lab", "test", "grade", "slides"):
         print(__doc__)
+        if argv:
+            print(f"unknown command {argv[0]!r}: choose lab, test, grade or slides")
         return 2
     return {"lab": lab, "test": test, "grade": grade, "slides": slides}[argv[0]](argv[1:])
 

@@ -46,7 +46,7 @@ from .devices import backend_for, num_gpus, rank_device, usable_cores
 
 __all__ = ["WorkerError", "WorkerTimeoutError", "TorchrunError", "setup_process_group", "launch",
            "threads_per_process", "single_process_group", "run_torchrun", "descendants",
-           "captured_stderr"]
+           "captured_stderr", "exit_with_parent"]
 
 @contextlib.contextmanager
 def captured_stderr():
@@ -331,7 +331,18 @@ def _format_failure(fn, failure, rank, stderr_path):
         else:
             reason = (f"exited with code {failure.exitcode} without a Python exception (os._exit, "
                       "or a crash in native code)")
+            if failure.exitcode == 1 and message == "(it wrote nothing to stderr)" and _a_script():
+                reason += (". If launch was called at the top level of a script, put the call "
+                           "under `if __name__ == \"__main__\":`: each worker imports the script "
+                           "again, and must not launch workers of its own (the error above it on "
+                           "the console says \"bootstrapping phase\")")
     return (f"worker rank {rank} of {_name(fn)} {reason}.\n{shown}:\n{message}"), message
+
+
+def _a_script():
+    """Whether this process runs a script file (``python file.py``), not Jupyter or ``-c``."""
+    main = sys.modules.get("__main__")
+    return bool(getattr(main, "__file__", None)) and "ipykernel" not in sys.modules
 
 
 def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
@@ -584,6 +595,33 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def exit_with_parent():
+    """Make this process end (SIGTERM) when its parent ends, however it ends: for a script's
+    worker under torchrun, so that a torchrun killed outright (SIGKILL, which it cannot pass on)
+    does not leave its workers training on and writing over earlier results. On Linux the
+    parent-death signal; elsewhere a daemon thread that looks at the parent every second.
+    Call it first thing in the worker (``scripts/common.py``'s ``setup_ddp`` does).
+    """
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG
+        if os.getppid() != parent:   # the parent ended before the signal was set
+            os.kill(os.getpid(), signal.SIGTERM)
+        return
+    try:
+        watched = psutil.Process(parent)
+    except psutil.NoSuchProcess:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+
+    def watch():
+        while watched.is_running():
+            time.sleep(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=watch, name="exit_with_parent", daemon=True).start()
 
 
 #: how run_torchrun's torchrun learns that this process has ended: "prctl" (Linux's parent-death

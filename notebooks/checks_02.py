@@ -12,8 +12,19 @@ import torch
 from torch import nn
 
 from dltools import parallel
-from dltools.exercises import int_list, int_tuple, is_real, real_list, report
+from dltools.exercises import (
+    TimeLimitExceeded,
+    call_with_time_limit,
+    int_list,
+    int_tuple,
+    is_real,
+    real_list,
+    report,
+)
 from dltools.traffic import collective_bytes
+
+#: Seconds a learner's module may take in a check (each call takes a few milliseconds).
+TIME_LIMIT = 30
 
 
 def _chunks(batch, num_devices):
@@ -153,9 +164,11 @@ def check_loss_in_forward(module_class):
         X, y = torch.randn(rows, 4, dtype=torch.float64), torch.randint(0, 3, (rows,))
         reference = nn.functional.cross_entropy(net(X), y)
         want_grads = torch.autograd.grad(reference, list(net.parameters()))
-        try:
-            model = module_class(net)
-            probe = model(X, y, rows)   # one call on the whole batch, before DataParallel
+        try:   # one call on the whole batch, before DataParallel, with a time limit
+            model = call_with_time_limit(TIME_LIMIT, module_class, net)
+            probe = call_with_time_limit(TIME_LIMIT, model, X, y, rows)
+        except TimeLimitExceeded as err:
+            return report(False, "", str(err), module_class)
         except Exception as err:  # noqa: BLE001 - any error in the learner's code is feedback
             last = traceback.extract_tb(err.__traceback__)[-1]
             return report(False, "", f"running it raised {type(err).__name__}: {err} "

@@ -67,6 +67,7 @@ from common import (  # scripts/common.py, beside this file
     to_input,
     write_report,
 )
+from dltools.launch import exit_with_parent
 
 # name: (devices, batch, lr, warm-up); batches are study note 5's, before --batch-divisor
 CONFIGS = {
@@ -246,6 +247,24 @@ def _run_in_worker(name, seed, args, threads):
     return run_one(name, seed, args)
 
 
+def seed_int(text):
+    """A random seed: a whole number from 0 to 2**32 - 1 (what NumPy's generator accepts).
+
+    >>> seed_int("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: a random seed is a whole number from 0 to 4294967295, not -1
+    """
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = None
+    if seed is None or not 0 <= seed < 2**32:
+        raise argparse.ArgumentTypeError(
+            f"a random seed is a whole number from 0 to {2**32 - 1}, not {text}")
+    return seed
+
+
 def scale(args):
     return {k: getattr(args, k) for k in ("width", "num_train", "num_test", "epochs",
                                           "batch_divisor", "warmup_epochs", "bn_images")}
@@ -326,7 +345,7 @@ def parse_args(argv=None):
     p.add_argument("--figure", type=output_file, help="where to save the accuracy curves (PNG)")
     p.add_argument("--configs", nargs="+", choices=list(CONFIGS),
                    default=["one-256", "dp-512", "one-512", "one-512-warmup"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--seeds", nargs="+", type=seed_int, default=[0, 1, 2])
     p.add_argument("--width", type=int, default=64, help="channels of ResNet-18's first stage")
     p.add_argument("--num-train", type=positive_int, default=None,
                    help="first N training images (all)")
@@ -402,7 +421,9 @@ def main(argv=None):
     for train in (True, False):  # decode the archives once, before the workers all read them
         load_split(train, None, args.data_root)
     threads = max(1, torch.get_num_threads() // args.jobs)
-    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
+    # each pool worker ends with this process, even when it is killed outright
+    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"),
+                             initializer=exit_with_parent) as pool:
         futures = [pool.submit(_run_in_worker, c, s, args, threads) for c, s in todo]
         for (c, s), f in zip(todo, futures):
             runs.append(f.result())

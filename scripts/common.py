@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -19,6 +20,7 @@ from torch.utils.data import TensorDataset
 
 import dltools
 from dltools.distributed import setup_process_group
+from dltools.launch import exit_with_parent
 
 
 def setup_ddp(device_type="auto"):
@@ -36,6 +38,7 @@ def setup_ddp(device_type="auto"):
         raise SystemExit(f"{script} runs one process per device: launch it with torchrun, e.g.\n"
                          f"  python -m torch.distributed.run --standalone --nproc_per_node=2 "
                          f"scripts/{script}")
+    exit_with_parent()   # torchrun killed outright: stop, rather than train on and overwrite files
     return setup_process_group(device_type)
 
 
@@ -194,8 +197,12 @@ def output_file(text):
     folder = path.parent
     if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"the folder {folder} does not exist: create it first")
-    if not os.access(folder, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot write in {folder}: choose another folder")
+    try:   # a real try: os.access says yes to root, and to folders such as /proc
+        with tempfile.NamedTemporaryFile(dir=folder):
+            pass
+    except OSError:
+        raise argparse.ArgumentTypeError(
+            f"cannot write in {folder}: choose another folder") from None
     if path.exists() and not os.access(path, os.W_OK):
         raise argparse.ArgumentTypeError(f"{text} is read-only: make it writable or choose "
                                          "another file")

@@ -153,3 +153,16 @@ def test_loss_in_forward_wrong(capsys, wrong, words):
 def test_byte_counts_written_as_floats_get_their_own_hint(capsys):
     _, out = verdict(capsys, checks.check_broadcast_bytes, (8e6, 2.4e7))
     assert out.startswith("Not yet:") and "as ints" in out and "8e6" in out
+
+
+class Forever(Right):
+    def forward(self, X, y, total_rows):
+        while True:
+            pass
+
+
+def test_loss_in_forward_that_never_returns_is_stopped(capsys, monkeypatch):
+    """The check calls the learner's module with a time limit, as the other checks do (sweep 2,
+    H1: it used to wait forever)."""
+    monkeypatch.setattr(checks, "TIME_LIMIT", 2)
+    assert_wrong(capsys, checks.check_loss_in_forward, Forever, "did not return within 2 s")

@@ -21,6 +21,7 @@ def test_unknown_command_is_refused():
     r = subprocess.run([sys.executable, str(ROOT / "course.py"), "tset"], capture_output=True,
                        text=True)
     assert r.returncode == 2
+    assert "unknown command 'tset': choose lab, test, grade or slides" in r.stdout
 
 
 def test_stamp_changes_with_the_extras():

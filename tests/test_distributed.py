@@ -730,3 +730,22 @@ def test_rank_device_refuses_an_unknown_device_type(monkeypatch):
     local(monkeypatch, 0, 1)
     with pytest.raises(ValueError, match="auto, cpu, cuda"):
         dd.rank_device("gpu")
+
+
+def test_a_script_that_launches_without_a_main_guard_is_told_so(tmp_path):
+    """Each spawned worker imports the calling script again; without `if __name__ ==
+    "__main__":` it launches too, and multiprocessing stops it before it could say why (sweep 2,
+    E4: the message blamed os._exit or native code)."""
+    (tmp_path / "work.py").write_text("def ok():\n    return 1\n")
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f"""\
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import work
+        from dltools.distributed import launch
+        launch(work.ok, 2)
+        """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode != 0 and 'put the call under `if __name__ == "__main__":`' in out.stderr
+    assert_no_process_left()

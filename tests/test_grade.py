@@ -127,3 +127,15 @@ def test_a_missing_submission_or_out_folder_is_refused(tmp_path):
     nbformat.write(nbformat.v4.new_notebook(), real)
     with pytest.raises(grading.GradingError, match="does not exist"):
         grading.grade([str(real)], tmp_path / "no" / "g.csv")
+
+
+def test_a_file_that_is_not_a_notebook_is_named(tmp_path):
+    """A submission that is empty or not a notebook gets zero with the reason in its note, and
+    the other submissions are graded as usual (sweep 2, E6 and E7: nbgrader's message pointed
+    to a traceback nobody saw)."""
+    empty, text = tmp_path / "a_01_dp_intro.ipynb", tmp_path / "b_01_dp_intro.ipynb"
+    empty.write_text("")
+    text.write_text("my answers are 4 and 5")
+    assert grading.unreadable(empty) == "the file is empty"
+    assert grading.unreadable(text).startswith("not a notebook (")
+    assert grading.unreadable(INSTRUCTOR / "01_dp_intro.ipynb") == ""

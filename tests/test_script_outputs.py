@@ -142,6 +142,59 @@ def test_a_read_only_output_is_refused(scripts, tmp_path, monkeypatch):
         scripts["common"].output_file(str(kept))
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_folder_that_takes_no_files_is_refused_before_any_work(scripts):
+    """/proc exists and os.access calls it writable for root, but no file can be made there: the
+    try with a temporary file refuses it at once, not after training (sweep 2, E1 and E2)."""
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot write in /proc"):
+        scripts["common"].output_file("/proc/x.pt")
+
+
+def test_a_negative_seed_is_refused_by_argparse(scripts, capsys):
+    """NumPy's generator takes seeds from 0 to 2**32 - 1: batch_scaling names --seeds at once
+    instead of a worker's traceback (sweep 2, E3)."""
+    with pytest.raises(SystemExit) as stop:
+        scripts["batch_scaling"].parse_args(["--seeds", "-1"])
+    assert stop.value.code == 2 and "a random seed is a whole number from 0" in \
+        capsys.readouterr().err
+
+
+def test_workers_stop_with_a_killed_torchrun_and_earlier_files_survive(tmp_path):
+    """torchrun killed outright (SIGKILL: it cannot stop its workers) used to leave them training
+    on, and they then wrote over the earlier checkpoint and report (sweep 2, O1 and O2). Each
+    worker now has the parent-death signal (common.setup_ddp: exit_with_parent)."""
+    import signal
+    import time
+
+    import psutil
+
+    from support.processes import gone
+    old_ckpt, old_report = tmp_path / "old.pt", tmp_path / "old.json"
+    old_ckpt.write_bytes(b"earlier checkpoint")
+    old_report.write_text('{"earlier": true}')
+    torchrun = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(SCRIPTS / "train_ddp.py"), "--epochs", "50", "--num-train", "20000", "--width", "4",
+         "--checkpoint", str(old_ckpt), "--report", str(old_report)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        end, workers = time.monotonic() + 120, []
+        while len(workers) < 2 and time.monotonic() < end:   # the workers have started
+            time.sleep(0.5)
+            workers = [p.pid for p in psutil.Process(torchrun.pid).children(recursive=True)
+                       if "train_ddp.py" in " ".join(p.cmdline())]
+        assert len(workers) == 2, "torchrun's workers did not start"
+        time.sleep(3)   # into set-up or training
+        torchrun.send_signal(signal.SIGKILL)
+        torchrun.wait()
+        assert gone(workers, wait=20), [p for p in workers if psutil.pid_exists(p)]
+    finally:
+        if torchrun.poll() is None:
+            torchrun.kill()
+    assert old_ckpt.read_bytes() == b"earlier checkpoint"
+    assert old_report.read_text() == '{"earlier": true}'
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--figure", "{d}/r.png", "--report", "{d}/r.png"], "--report and --figure are the same file"),
     (["--figure", "{d}/r.json", "--report", "{d}/s.json"], "give a file name ending in one of"),

@@ -174,6 +174,19 @@ def autograde(grader, source, student, folder, timeout):
     return True, f"cell {dead + 1} ended the Python kernel: it was not run"
 
 
+def unreadable(path):
+    """Why the submission ``path`` cannot be graded as a notebook ('' when it can): it is empty,
+    or not a notebook (not JSON, or not nbformat's)."""
+    if Path(path).stat().st_size == 0:
+        return "the file is empty"
+    try:
+        nbformat.read(path, as_version=4)
+    except Exception as err:  # noqa: BLE001 - nbformat raises several kinds; each is the answer
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return f"not a notebook ({first[:100]})"
+    return ""
+
+
 def grade(submissions, out, source_dir=INSTRUCTOR, timeout=120, keep=None):
     """Grade every submission and write the gradebook CSV ``out``; returns its rows."""
     sources = sorted(Path(source_dir).glob("[0-9][0-9]_*.ipynb"))
@@ -202,7 +215,11 @@ def grade(submissions, out, source_dir=INSTRUCTOR, timeout=120, keep=None):
             folder.mkdir(parents=True)
             shutil.copy(path, folder / source.name)
             wanted = exercises(source)
-            graded, note = autograde(grader, source, student, folder, timeout)
+            problem = unreadable(path)
+            if problem:   # zero for this one, with the reason; the others are graded as usual
+                graded, note = False, f"not graded: {problem}"
+            else:
+                graded, note = autograde(grader, source, student, folder, timeout)
             got = scores(course, source.stem, student) if graded else {}
             row = {"submission": str(path), "notebook": source.stem}
             points = {gid.removesuffix("_check"): got.get(gid) or 0 for gid, _ in wanted}
