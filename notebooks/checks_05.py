@@ -39,7 +39,8 @@ def check_zero_memory(answer):
     elif close_enough(answer, others[0]):
         hint = "that is one GPU's share without sharding; ZeRO-2 shards two of the three parts."
     elif close_enough(answer, others[1]):
-        hint = "that is ZeRO-1 (only the optimizer state sharded); ZeRO-2 shards the gradients too."
+        hint = ("that is ZeRO-1 (only the optimizer state sharded), or ZeRO-2 with fp32's 4 + 4 "
+                "bytes of parameters and gradients: bf16 mixed precision keeps 2 + 2.")
     elif close_enough(answer, others[3]):
         hint = "that is ZeRO-3 (the parameters sharded too); ZeRO-2 keeps a whole bf16 copy."
     else:

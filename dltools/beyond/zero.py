@@ -37,7 +37,8 @@ def ddp_gradient_bytes(gradient_as_bucket_view, width=64, depth=4, batch=32, ste
     DDP all-reduces flat buckets. By default each gradient is copied into its bucket and back,
     so the buckets are a second copy of the gradients (``extra`` = the gradients' bytes). With
     ``gradient_as_bucket_view=True`` the gradients are views into the buckets (``extra`` = 0),
-    from the second step on: DDP rebuilds its buckets after the first (its docstring says so).
+    from the second step on (DDP's docstring: "gradients will be views after first
+    iteration"), since DDP rebuilds its buckets after the first.
     Only the last step's buckets are counted.
 
     >>> plain, views = (ddp_gradient_bytes(view, width=8, depth=1) for view in (False, True))
