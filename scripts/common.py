@@ -38,7 +38,7 @@ def setup_ddp(device_type="auto"):
         raise SystemExit(f"{script} runs one process per device: launch it with torchrun, e.g.\n"
                          f"  python -m torch.distributed.run --standalone --nproc_per_node=2 "
                          f"scripts/{script}")
-    exit_with_parent()   # torchrun killed outright: stop, rather than train on and overwrite files
+    exit_with_parent()   # torchrun killed outright: stop too, do not train on and overwrite files
     return setup_process_group(device_type)
 
 
