@@ -72,10 +72,10 @@ def paired_ratios(samples_a, samples_b):
 
 
 def fit_alpha_beta(sizes, seconds, world_size, algorithm):
-    """Least-squares ``alpha`` (s per message) and ``beta`` (s per byte) on relative error."""
-    import numpy as np
-
+    """Non-negative ``alpha`` (s per message) and ``beta`` (s per byte), least squares on relative
+    error (``dltools.stats.fit_costs``, as notebooks 03 and 05 fit them)."""
     from dltools.distributed import ring_messages
+    from dltools.stats import fit_costs
     n = world_size
     if algorithm == "naive":
         msgs, bytes_factor = [2 * (n - 1)] * len(sizes), 2 * (n - 1)
@@ -83,11 +83,8 @@ def fit_alpha_beta(sizes, seconds, world_size, algorithm):
         msgs, bytes_factor = [ring_messages(s, n) for s in sizes], 2 * (n - 1) / n
     else:                       # gloo's own: the textbook ring's 2 (N - 1) messages
         msgs, bytes_factor = [2 * (n - 1)] * len(sizes), 2 * (n - 1) / n
-    t = np.asarray(seconds, dtype=float)
-    A = np.stack([np.asarray(msgs, dtype=float), bytes_factor * np.asarray(sizes, dtype=float)],
-                 axis=1)
-    (alpha, beta), *_ = np.linalg.lstsq(A / t[:, None], np.ones_like(t), rcond=None)
-    return float(alpha), float(beta)
+    alpha, beta = fit_costs([msgs, [bytes_factor * s for s in sizes]], seconds)
+    return alpha, beta
 
 
 def main(argv=None):

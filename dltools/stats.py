@@ -9,7 +9,7 @@ With three seeds the interval is wide: t's 97.5% quantile with 2 degrees of free
 from collections import namedtuple
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 
 class Interval(namedtuple("Interval", "mean low high n level")):
@@ -45,3 +45,20 @@ def paired_interval(a, b, level=0.95):
     mean = d.mean()
     half = stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
     return Interval(float(mean), float(mean - half), float(mean + half), len(d), level)
+
+
+def fit_costs(columns, seconds):
+    """Non-negative coefficients ``c`` of ``seconds ~ sum_j c[j] * columns[j]``: least squares on
+    the *relative* errors, so that short and long timings count alike (scipy's ``nnls``, as
+    notebook 03 fits the alpha-beta model: a column of messages and one of bytes give alpha and
+    beta). A coefficient the data push below 0 is 0.
+
+    >>> [round(c, 9) for c in fit_costs([[1, 1, 1], [1, 2, 4]], [3.0, 5.0, 9.0])]
+    [1.0, 2.0]
+    >>> fit_costs([[1, 1], [1, 2]], [1.0, 1.0])[1]   # a flat line: no cost per unit
+    0.0
+    """
+    A = np.asarray(columns, dtype=float).T
+    t = np.asarray(seconds, dtype=float)
+    coef, _ = optimize.nnls(A / t[:, None], np.ones_like(t))
+    return [float(c) for c in coef]

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from ..devices import rank_device
+from ..stats import fit_costs
 from ..timing import synchronize
 from .memory import CollectiveBytes
 from .model import Block
@@ -51,33 +52,14 @@ def _timed(fn, repeats, device):
 
 
 def fit_cost(units, seconds):
-    """``(fixed, per_unit)``, both at least 0, of ``seconds = fixed + per_unit * units``, fitted
-    as notebook 03 fits alpha and beta: least squares on the *relative* errors, so that small
-    and large sizes count alike (with two coefficients, a negative one is set to 0 and the other
-    refitted: the non-negative least-squares solution).
+    """``(fixed, per_unit)``, both at least 0, of ``seconds = fixed + per_unit * units``
+    (:func:`dltools.stats.fit_costs`: least squares on relative errors, as notebook 03 fits).
 
     >>> [round(v, 9) for v in fit_cost([1, 2, 4], [3.0, 5.0, 9.0])]
     [1.0, 2.0]
-    >>> fit_cost([1, 2], [1.0, 1.0])[1]   # a flat line: no cost per unit
-    0.0
     """
-    rows = [(1 / t, u / t) for u, t in zip(units, seconds)]   # each row of A / t, target 1
-    def solve(columns):
-        a = [[sum(r[i] * r[j] for r in rows) for j in columns] for i in columns]
-        b = [sum(r[i] for r in rows) for i in columns]
-        if len(columns) == 1:
-            return {columns[0]: b[0] / a[0][0]}
-        det = a[0][0] * a[1][1] - a[0][1] * a[1][0]
-        return {columns[0]: (b[0] * a[1][1] - a[0][1] * b[1]) / det,
-                columns[1]: (a[0][0] * b[1] - a[1][0] * b[0]) / det}
-    x = solve([0, 1])
-    if min(x.values()) < 0:
-        x = {0: 0.0, 1: 0.0, **max((solve([0]), solve([1])), key=lambda y: -_residual(rows, y))}
-    return x[0], x[1]
-
-
-def _residual(rows, x):
-    return sum((1 - sum(r[i] * v for i, v in x.items())) ** 2 for r in rows)
+    fixed, per_unit = fit_costs([[1.0] * len(units), units], seconds)
+    return fixed, per_unit
 
 
 def fit_alpha_beta(sizes, seconds, world_size):
@@ -90,8 +72,8 @@ def fit_alpha_beta(sizes, seconds, world_size):
     (0.001, 1e-09)
     """
     n = world_size
-    fixed, per_byte = fit_cost([(n - 1) / n * s for s in sizes], seconds)
-    return fixed / (n - 1), per_byte
+    alpha, beta = fit_costs([[n - 1] * len(sizes), [(n - 1) / n * s for s in sizes]], seconds)
+    return alpha, beta
 
 
 def crossing(rows, seconds, target):
