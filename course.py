@@ -65,6 +65,14 @@ def installed_covers(extras):
     return digest == wanted and set(extras) <= set(installed.split(","))
 
 
+def someone_elses(path):
+    """Whether ``path`` is a shared environment (``DP_COURSE_VENV``) that another user owns: a
+    class's environment made group-writable must not be reinstalled by one student for everyone."""
+    if not os.environ.get("DP_COURSE_VENV") or not hasattr(os, "geteuid"):
+        return False
+    return path.stat().st_uid != os.geteuid()
+
+
 def ensure_venv(extras):
     if sys.version_info < (3, 11):
         sys.exit(f"[course] Python 3.11 or newer is needed; this is {sys.version.split()[0]}. "
@@ -75,10 +83,11 @@ def ensure_venv(extras):
     if installed_covers(extras):
         say(f"{VENV} is up to date")
         return
-    if not os.access(VENV, os.W_OK):
+    if not os.access(VENV, os.W_OK) or someone_elses(VENV):
         command = "test" if "test" in extras else "lab"
         sys.exit(f"[course] {VENV} was installed for another version of the course, or without "
-                 f"the extras {','.join(extras)}, and you cannot write to it. If your copy of the "
+                 f"the extras {','.join(extras)}, and it is not yours to change (another user's, "
+                 "or you cannot write to it). If your copy of the "
                  "course is older, update it (`git pull`). Otherwise ask whoever installed it to "
                  f"run `DP_COURSE_VENV={VENV} python3 course.py {command}` with this version, or "
                  "unset DP_COURSE_VENV to make your own .venv.")

@@ -1,5 +1,6 @@
 """The bootstrap script the README's two commands use."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,28 @@ def test_a_read_only_environment_is_used_as_it_is(tmp_path, monkeypatch):
         shared.ensure_venv(["course", "test"])   # the class's environment has no test tools
     assert f"DP_COURSE_VENV={env} python3 course.py test" in str(stop.value)
     assert "unset DP_COURSE_VENV" in str(stop.value) and installs == []
+
+
+def test_a_class_environment_that_another_user_owns_is_not_reinstalled(tmp_path, monkeypatch):
+    """A teacher's environment made group-writable: a student whose copy of the course differs
+    is told what to do, not given a reinstall of the whole class's environment."""
+    monkeypatch.setenv("DP_COURSE_VENV", str(tmp_path / "class-env"))
+    shared = load_course()
+    shared.PY.parent.mkdir(parents=True)
+    shared.PY.write_text("")
+    installs = []
+    monkeypatch.setattr(shared, "run", lambda cmd, **kw: installs.append(cmd))
+    monkeypatch.setattr(shared, "register_kernel", lambda: None)
+    shared.STAMP.write_text("0" * 64 + " course\n")          # another version of the course
+    assert os.access(shared.VENV, os.W_OK)                  # writable, as for the group
+    owner = shared.VENV.stat().st_uid
+    monkeypatch.setattr(shared.os, "geteuid", lambda: owner + 1, raising=False)   # a student
+    with pytest.raises(SystemExit, match="not yours to change") as stop:
+        shared.ensure_venv(["course"])
+    assert "git pull" in str(stop.value) and installs == []
+    monkeypatch.setattr(shared.os, "geteuid", lambda: owner, raising=False)       # the teacher
+    shared.ensure_venv(["course"])
+    assert installs and shared.installed_covers(["course"])
 
 
 def test_an_environment_with_the_test_tools_also_serves_lab(tmp_path, monkeypatch):

@@ -630,6 +630,36 @@ def test_run_torchrun_names_its_own_arguments_and_a_broken_report(tmp_path):
         dd.run_torchrun(broken, 1)
 
 
+def test_far_more_processes_than_the_machine_runs_are_refused_at_once(tmp_path, monkeypatch):
+    """launch(fn, 64) on 2 cores spent the whole 600 s deadline starting workers (a sweep's hang):
+    both entry points now refuse before starting anything, and say how many to use."""
+    import psutil
+
+    class Memory:
+        available = 64e9
+
+    monkeypatch.setattr(launch_module, "usable_cores", lambda: 2)
+    monkeypatch.setattr(launch_module, "num_gpus", lambda: 0)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Memory)
+    assert launch_module.max_processes() == 8           # 4 per core, at least 8
+    script = write_script(tmp_path, "print('hi')")
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=r"world_size 64 .*\(2 CPU cores.* Use at most 8;"):
+        dd.launch(dd.rank_info, 64)
+    with pytest.raises(ValueError, match=r"nproc 9 .* Use at most 8;"):
+        dd.run_torchrun(script, 9, report=False)
+    assert time.monotonic() - start < 5
+    assert_no_process_left()
+    monkeypatch.setattr(launch_module, "usable_cores", lambda: 16)
+    assert launch_module.max_processes() == 64
+    monkeypatch.setattr(launch_module, "num_gpus", lambda: 80)
+    assert launch_module.max_processes() == 80           # one per GPU on a large GPU machine
+    Memory.available = 1e9                                # 0.3 GB each: 3 fit
+    assert launch_module.max_processes() == 3
+    with pytest.raises(ValueError, match=r"world_size 4 .* 1\.0 GB of free memory.* at most 3;"):
+        dd.launch(dd.rank_info, 4)
+
+
 def test_run_torchrun_complains_when_no_report_is_written(tmp_path):
     script = write_script(tmp_path, "import sys\n")
     with pytest.raises(RuntimeError, match="wrote no report"):
