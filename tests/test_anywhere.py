@@ -4,6 +4,9 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
+import venv
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -116,6 +119,50 @@ def test_notebooks_run_from_an_empty_folder(tmp_path, monkeypatch):
     files = "".join(o.get("text", "") for o in nb.cells[-1].outputs).split()
     assert files == [str(clone / "dltools" / "__init__.py")] * 2, files
     assert (clone / "scripts" / "train_ddp.py").is_file()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the test builds a Linux/macOS venv layout")
+def test_the_set_up_cell_installs_the_course_and_keeps_the_torch_it_finds(tmp_path):
+    """Colab's case: no copy of the course and no dltools, but a newer torch already installed.
+    The set-up cell clones the course and installs it with pip; pip may not replace torch or fetch
+    anything (PIP_NO_INDEX: any download fails the cell). The stand-in for Colab's Python is a venv
+    that sees this environment's packages (torch, pip, setuptools) but not its dltools."""
+    remote, work, colab = tmp_path / "remote", tmp_path / "content", tmp_path / "colab"
+    remote.mkdir()
+    work.mkdir()
+    _course_as_a_git_repository(remote)
+    venv.EnvBuilder(with_pip=False).create(colab)
+    site = next(colab.glob("lib/python3*/site-packages"))
+    # A path in a .pth file is on sys.path, but .pth files inside it are not read: this
+    # environment's editable dltools stays invisible, its packages do not.
+    (site / "preinstalled.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = str(colab / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("DP_COURSE_ROOT", "PYTHONPATH")}
+    env.update(DP_COURSE_REPO=str(remote), PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+               PIP_NO_BUILD_ISOLATION="0")   # pip's spelling: build with the setuptools there
+    where = "import importlib.util as u; print(u.find_spec('dltools'))"
+    assert subprocess.run([python, "-c", where], cwd=tmp_path, env=env, capture_output=True,
+                          text=True).stdout.strip() == "None"
+    here = Path(sysconfig.get_paths()["purelib"])
+    mine = {p: p.stat().st_mtime_ns for p in here.glob("*dltools*")}
+    proc = subprocess.run([python, "-c", notebook_setup.setup_source("")], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    clone = work / "dp-course"
+    assert proc.stdout.strip().splitlines()[-1] == f"The course is set up in {clone}.", proc.stdout
+    # A new process of that Python (as torchrun's workers are) imports the clone's dltools, and
+    # torch from where it was; pip installed no torch of its own and left this environment alone.
+    show = "import dltools, torch; print(dltools.__file__); print(torch.__file__)"
+    out = subprocess.run([python, "-c", show], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.split() == [str(clone / "dltools" / "__init__.py"), torch_file()], out.stderr
+    assert not list(site.glob("torch*")) and list(site.glob("*dltools*"))
+    assert {p: p.stat().st_mtime_ns for p in mine} == mine
+
+
+def torch_file():
+    import torch
+    return torch.__file__
 
 
 @pytest.mark.parametrize("url, says", [
