@@ -10,7 +10,7 @@ import numbers
 
 import torch
 
-from dltools.exercises import TimeLimitExceeded, call_with_time_limit, report
+from dltools.exercises import TimeLimitExceeded, call_with_time_limit, is_int, report
 
 # Study note 5's runs: all 60,000 training images, 10 epochs; one GPU at batch 256 and lr 0.1, two
 # GPUs at batch 512 and lr 0.2.
@@ -27,13 +27,6 @@ def _plain(answer):
     return answer
 
 
-def _is_int(answer):
-    """A whole number: an int, or a float that is whole (512 / 4 is 128.0), never a bool."""
-    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
-        return False
-    return float(answer).is_integer()
-
-
 def check_steps_in_ten_epochs(answer):
     """Optimizer steps of study note 5's training on 3 GPUs (global batch 3 x 128) in 10 epochs."""
     answer = _plain(answer)
@@ -42,8 +35,9 @@ def check_steps_in_ten_epochs(answer):
     expected = per_epoch * _EPOCHS
     one_gpu = math.ceil(_IMAGES / _BATCH_1) * _EPOCHS
     two_gpus = math.ceil(_IMAGES / _BATCH_2) * _EPOCHS
-    if answer is not None and not _is_int(answer):
-        return report(False, "", "a number of steps is a whole number.", answer)
+    if answer is not None and not is_int(answer):
+        return report(False, "", "a number of steps is a whole number (an int, as the course's "
+                      "other counts are; int(x) or math.ceil gives one).", answer)
     if answer in (one_gpu, two_gpus):
         hint = "that is one of study note 5's runs; count with the global batch of 3 GPUs."
     elif answer == _IMAGES // batch * _EPOCHS:
@@ -84,10 +78,11 @@ def check_bn_rows_per_replica(answer):
     answer = _plain(answer)
     devices = 5
     sizes = chunk_sizes(_BATCH_2, devices)
-    if answer is not None and not _is_int(answer):
-        hint = ("a number of rows is a whole number: scatter cannot split a row."
+    if answer is not None and not is_int(answer):
+        hint = ("a number of rows is a whole number (an int): scatter cannot split a row, and "
+                "512 / 5 is a float; int(x) or // gives an int."
                 if isinstance(answer, numbers.Real) and not isinstance(answer, bool)
-                else "a number of rows is a whole number.")
+                else "a number of rows is a whole number (an int).")
         return report(False, "", hint, answer)
     if answer == _BATCH_2:
         hint = "BatchNorm runs inside each replica's forward and sees only that replica's rows."

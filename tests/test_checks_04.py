@@ -83,18 +83,22 @@ def test_every_check_is_tested():
     assert {n for n in dir(checks) if n.startswith("check_")} == tested
 
 
-def test_whole_numbers_computed_as_floats_pass():
-    """500 / 5 is 100.0 in Python 3, numpy's ceil returns floats, and a one-element tensor holds a
-    number: all are right answers."""
+def test_counts_follow_the_courses_one_rule_ints_not_whole_floats(capsys):
+    """Counts are ints in every notebook's checks (dltools.exercises.is_int): numpy's and torch's
+    ints and a one-element tensor pass; a whole float (500 / 5 is 100.0, numpy's ceil returns
+    floats) is refused with a hint that says how to make an int."""
     import numpy as np
     import torch
-    assert checks.check_bn_rows_per_replica(500 / 5)
     assert checks.check_bn_rows_per_replica(torch.tensor(100))
     assert checks.check_steps_in_ten_epochs(torch.tensor(1570))
+    assert checks.check_steps_in_ten_epochs(np.int64(1570))
     assert checks.check_scaled_lr(torch.tensor(0.4))
     assert checks.check_running_mean(torch.tensor(1 - 0.9 ** 10))
-    assert checks.check_steps_in_ten_epochs(np.ceil(60000 / 384) * 10)
-    assert checks.check_steps_in_ten_epochs(np.int64(1570))
+    capsys.readouterr()
+    for check, whole_float in ((checks.check_bn_rows_per_replica, 500 / 5),
+                               (checks.check_steps_in_ten_epochs, np.ceil(60000 / 384) * 10)):
+        assert not check(whole_float)
+        assert "(an int" in capsys.readouterr().out
 
 
 def test_warmup_schedule_that_never_returns_is_stopped(capsys, monkeypatch):
