@@ -196,6 +196,12 @@ def output_file(text):
         raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name in it")
     folder = path.parent
     if not folder.is_dir():
+        # The nearest part of the path that exists: a file there means no folder can be made.
+        there = next((p for p in folder.parents if p.exists()), None) if not folder.exists() \
+            else folder
+        if there is not None and not there.is_dir():
+            raise argparse.ArgumentTypeError(f"{there} is a file, not a folder: put {path.name} "
+                                             "in a folder")
         raise argparse.ArgumentTypeError(f"the folder {folder} does not exist: create it first")
     try:   # a real try: os.access says yes to root, and to folders such as /proc
         with tempfile.NamedTemporaryFile(dir=folder):

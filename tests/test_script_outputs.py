@@ -150,6 +150,17 @@ def test_a_folder_that_takes_no_files_is_refused_before_any_work(scripts):
         scripts["common"].output_file("/proc/x.pt")
 
 
+def test_a_file_where_a_folder_should_be_is_named(scripts, tmp_path):
+    """--report old.pt/r.json with old.pt a file said "the folder old.pt does not exist: create
+    it first", which cannot be done (sweep 3, A5c)."""
+    old = tmp_path / "old.pt"
+    old.write_text("weights")
+    for text in (f"{old}/r.json", f"{old}/deeper/r.json"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"old.pt is a file, not a folder"):
+            scripts["common"].output_file(text)
+    assert old.read_text() == "weights"
+
+
 def test_a_negative_seed_is_refused_by_argparse(scripts, capsys):
     """NumPy's generator takes seeds from 0 to 2**32 - 1: batch_scaling names --seeds at once
     instead of a worker's traceback (sweep 2, E3)."""
