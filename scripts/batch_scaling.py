@@ -59,9 +59,9 @@ from torch.utils.data import DistributedSampler
 import dltools
 from common import (  # scripts/common.py, beside this file
     distinct_outputs,
+    image_count,
     load_split,
     output_file,
-    positive_int,
     setup_ddp,
     teardown_ddp,
     to_input,
@@ -347,9 +347,10 @@ def parse_args(argv=None):
                    default=["one-256", "dp-512", "one-512", "one-512-warmup"])
     p.add_argument("--seeds", nargs="+", type=seed_int, default=[0, 1, 2])
     p.add_argument("--width", type=int, default=64, help="channels of ResNet-18's first stage")
-    p.add_argument("--num-train", type=positive_int, default=None,
+    p.add_argument("--num-train", type=image_count("train"), default=None,
                    help="first N training images (all)")
-    p.add_argument("--num-test", type=positive_int, default=None, help="first N test images (all)")
+    p.add_argument("--num-test", type=image_count("test"), default=None,
+                   help="first N test images (all)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-divisor", type=int, default=1, help="divide every batch by this")
     p.add_argument("--warmup-epochs", type=int, default=2)

@@ -182,6 +182,26 @@ def positive_float(text):
     return value
 
 
+def image_count(split):
+    """An argparse type for ``--num-train`` (``split="train"``) or ``--num-test``: a whole number of
+    images, at most as many as Fashion-MNIST's split has, refused before any work.
+
+    >>> image_count("test")("10001")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: Fashion-MNIST has 10,000 test images, got 10001
+    """
+    total = {"train": 60000, "test": 10000}[split]
+
+    def count(text):
+        value = positive_int(text)
+        if value > total:
+            raise argparse.ArgumentTypeError(f"Fashion-MNIST has {total:,} {split} images, "
+                                             f"got {value}")
+        return value
+    return count
+
+
 def output_file(text):
     """A file the script writes when it has finished (``--report``, ``--checkpoint``), checked
     now: its folder must exist and be writable, and it must not be a folder itself.

@@ -22,6 +22,7 @@ from common import (
     count_correct,
     distinct_outputs,
     fingerprint,
+    image_count,
     load_split,
     output_file,
     per_rank_batch_size,
@@ -132,9 +133,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=positive_int, default=10)
     parser.add_argument("--batch-size", type=positive_int, default=512, help="global batch size")
-    parser.add_argument("--num-train", type=positive_int, default=None,
+    parser.add_argument("--num-train", type=image_count("train"), default=None,
                         help="first N images (default all)")
-    parser.add_argument("--num-test", type=positive_int, default=None,
+    parser.add_argument("--num-test", type=image_count("test"), default=None,
                         help="first N images (default all)")
     parser.add_argument("--lr", type=positive_float, default=0.2)
     parser.add_argument("--width", type=positive_int, default=64,

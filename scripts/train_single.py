@@ -15,6 +15,7 @@ from common import (
     distinct_outputs,
     fingerprint,
     full_float32,
+    image_count,
     load_train_set,
     output_file,
     positive_float,
@@ -84,7 +85,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=positive_int, default=2)
     parser.add_argument("--batch-size", type=positive_int, default=96, help="global batch size")
-    parser.add_argument("--num-train", type=positive_int, default=1152)
+    parser.add_argument("--num-train", type=image_count("train"), default=1152)
     parser.add_argument("--lr", type=positive_float, default=0.1)
     parser.add_argument("--width", type=positive_int, default=8)
     parser.add_argument("--seed", type=int, default=0)
