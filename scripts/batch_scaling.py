@@ -67,7 +67,7 @@ from common import (  # scripts/common.py, beside this file
     to_input,
     write_report,
 )
-from dltools.launch import exit_with_parent
+from dltools.launch import exit_with_parent, max_processes
 
 # name: (devices, batch, lr, warm-up); batches are study note 5's, before --batch-divisor
 CONFIGS = {
@@ -406,10 +406,29 @@ def main_ddp(args):
     # stops the others (a barrier here would wait for peers blocked in training's collectives)
 
 
+def report_to_plot(path):
+    """The report ``--plot-only`` redraws; a missing file or one that is not a finished report of
+    this script stops with what to do."""
+    path = Path(path)
+    if not path.is_file():
+        sys.exit(f"--plot-only redraws a report, and {path} does not exist: run the script "
+                 "without --plot-only first, with this --report")
+    try:
+        report = json.loads(path.read_text())
+        missing = [k for k in ("runs", "scale", "machine") if k not in report]
+        why = f"no {', '.join(missing)}" if missing else None if report["runs"] else "no runs yet"
+    except (ValueError, TypeError) as err:
+        why = repr(err)
+    if why:
+        sys.exit(f"{path} is not a report of this script with runs to plot ({why}): give the "
+                 "--report a run of this script wrote")
+    return report
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.plot_only:
-        return plot(json.loads(Path(args.report).read_text()), args.figure)
+        return plot(report_to_plot(args.report), args.figure)
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:
         return main_ddp(args)
     if "ddp-512" in args.configs:
@@ -421,9 +440,15 @@ def main(argv=None):
     todo = [(c, s) for s in args.seeds for c in args.configs if (c, s) not in done]
     for train in (True, False):  # decode the archives once, before the workers all read them
         load_split(train, None, args.data_root)
-    threads = max(1, torch.get_num_threads() // args.jobs)
+    jobs = min(args.jobs, max_processes())
+    if jobs < min(args.jobs, len(todo)):
+        print(f"--jobs {args.jobs}: this machine runs at most {jobs} processes at once "
+              "(dltools.launch.max_processes: 4 per core, and the free memory); using "
+              f"{jobs}", flush=True)
+    args.jobs = jobs   # as the report records it
+    threads = max(1, torch.get_num_threads() // jobs)
     # each pool worker ends with this process, even when it is killed outright
-    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"),
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"),
                              initializer=exit_with_parent) as pool:
         futures = [pool.submit(_run_in_worker, c, s, args, threads) for c, s in todo]
         for (c, s), f in zip(todo, futures):

@@ -82,6 +82,35 @@ def test_plot_only_redraws_the_figure(report, tmp_path):
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.parametrize("content, says", [
+    (None, "does not exist: run the script without --plot-only first"),
+    ('{"losses": [0.5]}', "not a report of this script with runs to plot (no runs, scale"),
+    ('{"runs": [], "scale": {}, "machine": {}}', "(no runs yet)"),
+    ("{not json", "not a report of this script with runs to plot (JSONDecodeError"),
+])
+def test_plot_only_names_a_report_it_cannot_draw(script, tmp_path, content, says):
+    """Sweep 3 (B6): these ended in tracebacks (FileNotFoundError, KeyError: 'runs', 'machine')."""
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as stop:
+        script.main(["--plot-only", "--report", str(path), "--figure", str(tmp_path / "f.png")])
+    assert says in str(stop.value)
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_jobs_beyond_what_the_machine_runs_are_capped_and_said(script, tmp_path, monkeypatch,
+                                                                capsys):
+    """Sweep 3 (B8b): --jobs 64 started a torch process per run at once; launch and run_torchrun
+    refuse more than max_processes(), and batch_scaling uses at most that many."""
+    monkeypatch.setattr(script, "max_processes", lambda: 1)
+    monkeypatch.setitem(sys.modules, "batch_scaling", script)   # the pool pickles its function
+    report = script.main(["--configs", "one-256", *TINY[:-2], "0", "1", "--jobs", "64",
+                          "--report", str(tmp_path / "r.json")])
+    assert "--jobs 64: this machine runs at most 1 processes at once" in capsys.readouterr().out
+    assert report["jobs"] == 1 and len(report["runs"]) == 2
+
+
 def test_ddp_needs_torchrun_and_runs_under_it(tmp_path):
     proc = run("--configs", "ddp-512", *TINY, check=False)
     assert proc.returncode != 0 and "torchrun" in proc.stderr
