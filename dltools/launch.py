@@ -214,6 +214,15 @@ def _worker(fn, args, backend, timeout, store_host, store_port):
             # torch's spawn wrapper takes it for a stop from the parent and exits with code 0,
             # without a result: the launcher would wait for one until its deadline.
             raise RuntimeError(f"{_name(fn)} raised KeyboardInterrupt on rank {rank}") from err
+        except ValueError as err:
+            if "default process group twice" not in str(err):
+                raise
+            # PyTorch's tutorials set up the group inside the worker; under launch it exists.
+            raise RuntimeError(f"{_name(fn)} called dist.init_process_group on rank {rank}, but "
+                               "launch made the process group before calling it: remove that "
+                               "call (and any setup() that makes it, with MASTER_ADDR and "
+                               "MASTER_PORT) from the function; dist.get_rank() and "
+                               "dist.get_world_size() work as they are.") from err
         except SystemExit as err:
             # Without this, the worker just ends with that exit code and no traceback.
             raise RuntimeError(f"{_name(fn)} called sys.exit({err.code!r}) on rank {rank}: a "
@@ -257,13 +266,28 @@ def _adopt_orphans():
 def _stop_children():
     """Kill what the worker's function started and left running (a subprocess, a pool), which
     would outlive the worker. Python's resource tracker is left alone: it exits with the worker."""
+    left = []
     for process in _processes_below(os.getpid()):
         try:
-            tracker = any("resource_tracker" in part for part in process.cmdline())
+            if not any("resource_tracker" in part for part in process.cmdline()):
+                left.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if not tracker:
-            _kill(process)
+    if left:
+        _terminate_pools()
+    for process in left:
+        _kill(process)
+
+
+def _terminate_pools():
+    """Terminate the multiprocessing pools the function left open, while their workers still
+    live: a pool whose workers were killed waits forever, at the worker's exit, for a lock that a
+    dead worker held (multiprocessing's exit-time clean-up calls ``Pool._terminate_pool``)."""
+    from multiprocessing.pool import Pool
+    for obj in gc.get_objects():
+        if isinstance(obj, Pool):
+            with contextlib.suppress(Exception):
+                obj.terminate()
 
 
 def _record_failure(store, rank):

@@ -335,6 +335,50 @@ def test_what_a_failed_worker_started_does_not_outlive_it(tmp_path):
     assert_no_process_left()
 
 
+def leave_a_pool(pid_file, fail):
+    """A worker that leaves a multiprocessing pool busy, then raises or returns."""
+    import multiprocessing
+    pool = multiprocessing.get_context("fork").Pool(2)
+    pool.apply_async(time.sleep, (120,))
+    Path(pid_file).write_text(" ".join(str(p.pid) for p in pool._pool))
+    time.sleep(0.5)
+    if fail:
+        raise RuntimeError("failed after starting a pool")
+    return "returned"
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["raises", "returns"])
+def test_a_pool_a_worker_left_does_not_hang_it(tmp_path, fail):
+    """Sweep 3 (O4): the pool's workers killed, multiprocessing's clean-up of the pool at the
+    worker's exit waited forever for a lock a dead one held; launch ran to its deadline and
+    blamed a loop. The worker now terminates such pools first: the learner's error (or result)
+    comes back at once, and nothing is left."""
+    start = time.monotonic()
+    if fail:
+        with pytest.raises(dd.WorkerError, match="failed after starting a pool"):
+            dd.launch(leave_a_pool, 1, str(tmp_path / "pid"), fail, deadline=60)
+    else:
+        assert dd.launch(leave_a_pool, 1, str(tmp_path / "pid"), fail, deadline=60) == \
+            ["returned"]
+    assert time.monotonic() - start < 30
+    assert gone([int(pid) for pid in (tmp_path / "pid").read_text().split()])
+    assert_no_process_left()
+
+
+def init_the_group_again():
+    """A worker written as PyTorch's DDP tutorial's are: it makes its own process group."""
+    dist.init_process_group("gloo")
+    return dist.get_rank()
+
+
+def test_a_worker_that_makes_the_group_itself_is_told_launch_made_it():
+    """Sweep 3 (E9): torch's "trying to initialize the default process group twice!" alone."""
+    with pytest.raises(dd.WorkerError, match="launch made the process group before calling it: "
+                                             "remove that call"):
+        dd.launch(init_the_group_again, 2)
+    assert_no_process_left()
+
+
 def start_a_daemon_then_return(pid_file):
     """A worker whose subprocess outlives its parent shell (``sh -c "... &"``): an orphan."""
     import subprocess
