@@ -144,6 +144,19 @@ def _check_importable(fn):
         raise ValueError(f"{where} cannot be pickled for the worker processes: {err}") from err
 
 
+def _check_arguments(fn, args):
+    """Refuse, before starting anything, an argument the workers cannot receive (each gets a
+    pickled copy)."""
+    for i, value in enumerate(args, start=1):
+        try:
+            pickle.dumps(value)
+        except Exception as err:
+            raise ValueError(f"argument {i} of {_name(fn)} ({type(value).__name__}) cannot be sent "
+                             f"to the worker processes, which receive a pickled copy ({err}): "
+                             "pass tensors, numbers, strings, lists and dicts of them, or "
+                             "functions defined at the top level of a .py module.") from err
+
+
 def threads_per_process(num_processes):
     """Torch threads for each of ``num_processes`` processes sharing this machine: cores / processes
     (at least 1), so that the processes do not oversubscribe the cores.
@@ -427,6 +440,7 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
 
     _check_importable(fn)
     _check_world_size(world_size)
+    _check_arguments(fn, args)
     for name, value in (("timeout", timeout), ("deadline", deadline)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not 0 < value < math.inf):   # NaN fails this test too

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -362,6 +363,17 @@ def test_a_pool_a_worker_left_does_not_hang_it(tmp_path, fail):
             ["returned"]
     assert time.monotonic() - start < 30
     assert gone([int(pid) for pid in (tmp_path / "pid").read_text().split()])
+    assert_no_process_left()
+
+
+@pytest.mark.parametrize("value", [lambda x: x, (i for i in range(2)), threading.Lock()],
+                         ids=["lambda", "generator", "lock"])
+def test_an_argument_the_workers_cannot_receive_is_named_before_starting(value):
+    """Sweep 3 (S5, S6a): multiprocessing's bare "cannot pickle 'generator' object" from deep
+    inside the start of the workers."""
+    with pytest.raises(ValueError, match=r"argument 2 of dltools\.distributed\.rank_info \(\w+\) "
+                                         r"cannot be sent to the worker processes"):
+        dd.launch(dd.rank_info, 2, 1, value)
     assert_no_process_left()
 
 
