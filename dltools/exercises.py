@@ -10,6 +10,7 @@ import _thread
 import numbers
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -173,7 +174,8 @@ def call_with_time_limit(seconds, fn, *args):
     limit interrupts the main thread as the kernel's stop button does (a ``KeyboardInterrupt``,
     here turned into ``TimeoutError``). A pure-Python loop stops at once, and so does a
     ``time.sleep`` (on Windows, when the sleep ends); a long native operation stops when it
-    returns. Off the main thread there is no limit.
+    returns. A function that catches the interrupt (a bare ``except:``) is interrupted again every
+    half second, and told once why it still runs. Off the main thread there is no limit.
 
     >>> call_with_time_limit(5, sum, [1, 2])
     3
@@ -185,19 +187,38 @@ forever or wait for something that never comes.
     """
     if threading.current_thread() is not threading.main_thread():
         return fn(*args)
-    lock, state = threading.Lock(), {"done": False, "fired": False}
+    lock, state = threading.Lock(), {"done": False, "fired": False, "delivered": 0}
     main = threading.main_thread().ident
 
+    def interrupted(signum, frame):   # Python's own handler, counting
+        state["delivered"] += 1
+        raise KeyboardInterrupt
+
     def fire():
-        with lock:
-            if not state["done"]:
+        warned = False
+        while True:
+            with lock:
+                if state["done"]:
+                    return
                 state["fired"] = True
                 if hasattr(signal, "pthread_kill"):   # a real signal: it wakes a sleep too
                     signal.pthread_kill(main, signal.SIGINT)
                 else:   # Windows: the flag the stop button sets
                     _thread.interrupt_main()
+            if state["delivered"] >= 2 and not warned:
+                # Two interrupts reached the function (a long native call sees none until it
+                # returns) and it runs on: a bare ``except:`` (or ``except BaseException``) caught
+                # them, and nothing in this process can stop it. Say so, and keep trying (an
+                # interrupt that lands outside its ``try`` ends it).
+                warned = True
+                print(f"Your function did not stop when the check's {seconds:g} s limit "
+                      "interrupted it: it catches KeyboardInterrupt, probably with a bare "
+                      "'except:', which the stop button cannot get past either. Restart the "
+                      "kernel, then catch only the errors you expect ('except ValueError:').",
+                      file=sys.stderr, flush=True)
+            time.sleep(0.5)
 
-    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    saved = signal.signal(signal.SIGINT, interrupted)
     timer = threading.Timer(seconds, fire)
     timer.daemon = True
     try:

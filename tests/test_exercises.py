@@ -70,6 +70,39 @@ def test_a_sleep_is_stopped():
         call_with_time_limit(0.5, time.sleep, 3600)
 
 
+SWALLOWS = """
+import time
+from dltools.exercises import call_with_time_limit
+
+def swallows():
+    while True:
+        try:
+            {body}
+        except:   # noqa: E722 -- the learner's bare except, which catches KeyboardInterrupt
+            pass
+
+call_with_time_limit(0.5, swallows)
+"""
+
+
+def test_a_function_that_catches_the_interrupt_is_named_or_stopped():
+    """Sweep 3 (X4, X7): a bare ``except:`` swallows the limit's interrupt, as it does the stop
+    button's. In a pure-Python loop the next interrupt lands outside its ``try`` and the limit
+    holds; in one that sleeps, nothing in the process can stop it, and the learner is told why
+    and what to do."""
+    import subprocess
+    import sys
+    stopped = subprocess.run([sys.executable, "-c", SWALLOWS.format(body="x = 1")],
+                             capture_output=True, text=True, timeout=60)
+    assert "TimeLimitExceeded: your function did not return within 0.5 s" in stopped.stderr
+    with pytest.raises(subprocess.TimeoutExpired) as running:
+        subprocess.run([sys.executable, "-c", SWALLOWS.format(body="time.sleep(0.05)")],
+                       capture_output=True, text=True, timeout=8)
+    said = running.value.stderr.decode() if running.value.stderr else ""
+    assert "it catches KeyboardInterrupt, probably with a bare 'except:'" in said
+    assert "Restart the kernel" in said
+
+
 @pytest.mark.parametrize("ok, answer, says", [
     (False, 3, "Not yet: try again"),
     (None, None, "Not answered yet: replace None with your answer."),
