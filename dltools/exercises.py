@@ -7,6 +7,7 @@ returns a :class:`Verdict`, true or false, that a notebook does not display; ``N
 means "not answered yet".
 """
 import _thread
+import math
 import numbers
 import os
 import signal
@@ -18,7 +19,7 @@ import torch
 
 __all__ = ["Verdict", "report", "NotCorrect", "GRADING_ENV",
            "is_int", "is_real", "int_list", "real_list", "int_tuple",
-           "close_enough",
+           "close_enough", "plain", "as_float",
            "call_with_time_limit", "TimeLimitExceeded"]
 
 
@@ -80,6 +81,10 @@ def report(ok, right, hint, answer=None):
     """
     if ok is None or (answer is None and not ok):
         said, ok = "Not answered yet: replace None with your answer.", False
+    elif not ok and is_real(answer) and not isinstance(answer, numbers.Integral) \
+            and not math.isfinite(answer):
+        said = (f"Not yet: your answer is {answer}, not a number you can compare: a step of the "
+                "computation went wrong (a division by 0, 0 / 0, or a value too large).")
     else:
         said = f"Correct: {right}" if ok else f"Not yet: {hint}"
     print(said)
@@ -150,6 +155,32 @@ def int_tuple(answer):
     return None if values is None else tuple(values)
 
 
+def plain(answer):
+    """A one-element tensor as the Python number it holds (``torch.bincount(y)[0]`` is an answer
+    too); anything else as it is.
+
+    >>> import torch
+    >>> plain(torch.tensor(1000)), plain(torch.tensor([0.5])), plain([3]), plain(torch.tensor(True))
+    (1000, 0.5, [3], tensor(True))
+    """
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1 and answer.dtype != torch.bool:
+        return answer.item()
+    return answer
+
+
+def as_float(value):
+    """``float(value)`` for a real number, with an int too large for a float as +-inf (a wrong
+    answer, not a check that crashes).
+
+    >>> as_float(3), as_float(-10 ** 400)
+    (3.0, -inf)
+    """
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def close_enough(answer, expected, rel=0.01):
     """True when ``answer`` is a real number (not a bool or a string) within ``rel`` of
     ``expected``.
@@ -159,7 +190,7 @@ def close_enough(answer, expected, rel=0.01):
     """
     if isinstance(answer, (bool, str, bytes)) or not isinstance(answer, numbers.Real):
         return False
-    return abs(float(answer) - expected) <= rel * abs(expected)
+    return abs(as_float(answer) - expected) <= rel * abs(expected)
 
 
 
@@ -188,6 +219,7 @@ forever or wait for something that never comes.
     if threading.current_thread() is not threading.main_thread():
         return fn(*args)
     lock, state = threading.Lock(), {"done": False, "fired": False, "delivered": 0}
+    ended = threading.Event()
     main = threading.main_thread().ident
 
     def interrupted(signum, frame):   # Python's own handler, counting
@@ -216,7 +248,8 @@ forever or wait for something that never comes.
                       "'except:', which the stop button cannot get past either. Restart the "
                       "kernel, then catch only the errors you expect ('except ValueError:').",
                       file=sys.stderr, flush=True)
-            time.sleep(0.5)
+            if ended.wait(0.5):
+                return
 
     saved = signal.signal(signal.SIGINT, interrupted)
     timer = threading.Timer(seconds, fire)
@@ -229,6 +262,7 @@ forever or wait for something that never comes.
             finally:
                 with lock:
                     state["done"] = True
+                ended.set()
                 timer.cancel()
                 if state["fired"]:
                     _absorb_interrupt()

@@ -7,13 +7,14 @@ Jupyter's help (Shift-Tab) does not show them.
 import math
 
 from dltools.data import FASHION_MNIST_LABELS
-from dltools.exercises import int_tuple, is_int, report
+from dltools.exercises import int_tuple, is_int, plain, report
 
 _TRAIN_IMAGES, _TEST_IMAGES, _EPOCH_BATCH, _BATCH, _RESIZE = 60000, 10000, 512, 256, 64
 
 
 def check_batches_per_epoch(answer):
     """Exercise 1: batches in one epoch over the training images."""
+    answer = plain(answer)
     expected = math.ceil(_TRAIN_IMAGES / _EPOCH_BATCH)
     if answer is not None and not is_int(answer):
         hint = ("a number of batches is a whole number (an int)" +
@@ -29,6 +30,7 @@ def check_batches_per_epoch(answer):
 
 def check_test_images_per_class(answer):
     """Exercise 2: how many test images each class has."""
+    answer = plain(answer)
     expected = _TEST_IMAGES // len(FASHION_MNIST_LABELS)
     if answer is not None and not is_int(answer):
         hint = ("a number of images is a whole number (an int)" +

@@ -16,12 +16,13 @@ from torch import nn
 from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from dltools.exercises import close_enough, int_list, is_int, report
+from dltools.exercises import close_enough, int_list, is_int, plain, report
 from dltools.traffic import collective_bytes
 
 
 def check_ring_bytes_per_rank(answer):
     """Exercise 1: MB each GPU sends per step in a ring all-reduce of the gradients."""
+    answer = plain(answer)
     gradient_mb, world_size = 100, 8
     ring = collective_bytes("all_reduce", gradient_mb, world_size)
     naive = collective_bytes("naive_all_reduce", gradient_mb, world_size)
@@ -46,6 +47,7 @@ def check_ring_bytes_per_rank(answer):
 
 def check_per_rank_batch(answer):
     """Exercise 2: examples each process puts through the model per step."""
+    answer = plain(answer)
     global_batch, world_size = 96, 4
     expected = global_batch // world_size
     if answer is not None and not is_int(answer):
@@ -62,6 +64,7 @@ def check_per_rank_batch(answer):
 def check_shard_without_set_epoch(answer):
     """Exercise 3: how many different examples rank 1 sees in 10 epochs when the training loop
     never calls ``sampler.set_epoch(epoch)`` (96 examples, 4 ranks, shuffle=True)."""
+    answer = plain(answer)
     length, world_size, epochs, rank = 96, 4, 10, 1
 
     def different(reseed):

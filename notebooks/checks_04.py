@@ -10,7 +10,14 @@ import numbers
 
 import torch
 
-from dltools.exercises import TimeLimitExceeded, call_with_time_limit, is_int, report
+from dltools.exercises import (
+    TimeLimitExceeded,
+    as_float,
+    call_with_time_limit,
+    is_int,
+    plain,
+    report,
+)
 
 # Study note 5's runs: all 60,000 training images, 10 epochs; one GPU at batch 256 and lr 0.1, two
 # GPUs at batch 512 and lr 0.2.
@@ -20,16 +27,9 @@ _IMAGES, _EPOCHS, _BATCH_1, _LR_1, _BATCH_2 = 60000, 10, 256, 0.1, 512
 TIME_LIMIT = 30
 
 
-def _plain(answer):
-    """A one-element tensor as the Python number it holds (torch.tensor(0.4) is an answer too)."""
-    if isinstance(answer, torch.Tensor) and answer.numel() == 1 and answer.dtype != torch.bool:
-        return answer.item()
-    return answer
-
-
 def check_steps_in_ten_epochs(answer):
     """Optimizer steps of study note 5's training on 3 GPUs (global batch 3 x 128) in 10 epochs."""
-    answer = _plain(answer)
+    answer = plain(answer)
     batch = 3 * 128   # 3 GPUs, 128 images each
     per_epoch = math.ceil(_IMAGES / batch)
     expected = per_epoch * _EPOCHS
@@ -53,16 +53,16 @@ def check_steps_in_ten_epochs(answer):
 
 def check_scaled_lr(answer):
     """The learning rate for batch 1024 on 4 GPUs by the linear-scaling rule."""
-    answer = _plain(answer)
+    answer = plain(answer)
     batch = 4 * _BATCH_1
     expected = _LR_1 * batch / _BATCH_1
     ok = isinstance(answer, numbers.Real) and not isinstance(answer, bool) and math.isclose(
-        float(answer), expected, rel_tol=1e-6)
+        as_float(answer), expected, rel_tol=1e-6)
     real = answer is not None and isinstance(answer, numbers.Real) and not isinstance(answer, bool)
     sqrt_rule = _LR_1 * math.sqrt(batch / _BATCH_1)   # here also study note 5's rate at batch 512
     if isinstance(answer, str):
         hint = "give a number (a learning rate such as 0.05), not text in quotes."
-    elif real and math.isclose(float(answer), sqrt_rule, rel_tol=1e-6):
+    elif real and math.isclose(as_float(answer), sqrt_rule, rel_tol=1e-6):
         hint = (f"{sqrt_rule:g} is what the square-root rule gives, and study note 5's rate for "
                 f"batch {_BATCH_2}; the linear rule multiplies by the factor the global batch "
                 "grew by.")
@@ -75,7 +75,7 @@ def check_scaled_lr(answer):
 def check_bn_rows_per_replica(answer):
     """Rows the last replica's BatchNorm layers normalise over: DataParallel, 5 GPUs, batch 512."""
     from dltools.parallel import chunk_sizes
-    answer = _plain(answer)
+    answer = plain(answer)
     devices = 5
     sizes = chunk_sizes(_BATCH_2, devices)
     if answer is not None and not is_int(answer):
@@ -102,12 +102,12 @@ def check_bn_rows_per_replica(answer):
 
 def check_running_mean(answer):
     """A running mean that starts at 0 and moves 10% of the way each step, after 10 steps of 1."""
-    answer = _plain(answer)
+    answer = plain(answer)
     momentum, steps = 0.1, 10
     expected = 1 - (1 - momentum) ** steps
     if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
         return report(False, "", "give a number, such as 0.5.", answer)
-    answer = float(answer)
+    answer = as_float(answer)
     left = (1 - momentum) ** steps
     if math.isclose(answer, left, abs_tol=5e-4):
         hint = "that is what is left of the start (0); the running mean has moved the rest."

@@ -16,6 +16,7 @@ from dltools.exercises import (
     close_enough,
     int_tuple,
     is_int,
+    plain,
     report,
 )
 
@@ -26,6 +27,7 @@ TIME_LIMIT = 30
 def check_zero_memory(answer):
     """GB of parameters, gradients and optimizer state per GPU: 13e9 parameters, bf16 mixed
     precision with Adam, ZeRO-2 on 16 GPUs."""
+    answer = plain(answer)
     billions, gpus = 13, 16
     expected = per_rank_bytes(billions * 1e9, gpus, stage=2, precision="bf16")["total"] / GB
     others = {stage: per_rank_bytes(billions * 1e9, gpus, stage=stage, precision="bf16")["total"]
@@ -55,6 +57,7 @@ def check_zero_memory(answer):
 def check_tp_all_reduces(answer):
     """All-reduces per training step (forward + backward) of tensor parallelism on a stack of 12
     MLP blocks whose input requires a gradient."""
+    answer = plain(answer)
     blocks = 12
     expected = 2 * blocks
     if answer is not None and not is_int(answer):
@@ -86,6 +89,7 @@ def check_in_flight(answer):
 
 def check_bubble(answer):
     """The bubble fraction of GPipe (or 1F1B) with p = 4 stages and m = 12 microbatches."""
+    answer = plain(answer)
     p, m = 4, 12
     expected = (p - 1) / (m + p - 1)
     if isinstance(answer, str):

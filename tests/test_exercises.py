@@ -117,3 +117,36 @@ def test_while_grading_an_answer_that_is_not_right_raises_after_its_sentence(
     assert report(True, "well done", "try again", 3) == True   # noqa: E712 (a Verdict)
     monkeypatch.delenv(GRADING_ENV)
     assert report(ok, "well done", "try again", answer) == False   # noqa: E712
+
+
+def _numeric_checks():
+    import checks_00
+    import checks_02
+    import checks_03
+    import checks_04
+    import checks_05
+    return [(checks_00.check_batches_per_epoch, 118), (checks_00.check_test_images_per_class, 1000),
+            (checks_02.check_global_batch_mean, 2.2), (checks_03.check_ring_bytes_per_rank, 175),
+            (checks_03.check_per_rank_batch, 24), (checks_03.check_shard_without_set_epoch, 24),
+            (checks_04.check_steps_in_ten_epochs, 1570), (checks_04.check_scaled_lr, 0.4),
+            (checks_04.check_bn_rows_per_replica, 100), (checks_05.check_zero_memory, 37.375),
+            (checks_05.check_tp_all_reduces, 24), (checks_05.check_bubble, 0.2)]
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_every_number_check_takes_a_tensor_and_survives_odd_numbers(capsys, index):
+    """Sweep 3: notebook 00's hint says to count with torch.bincount, whose right count (a 0-d
+    tensor) was refused as "not an int" (T5); 10 ** 400 crashed two checks with OverflowError
+    (T6, T7); nan and inf got the method's hint, not what went wrong (T8)."""
+    import torch
+    check, right = _numeric_checks()[index]
+    as_tensor = torch.tensor(right)
+    assert check(as_tensor), capsys.readouterr().out
+    assert capsys.readouterr().out.startswith("Correct:")
+    for odd in (10 ** 400, -10 ** 400):
+        assert not check(odd)
+        assert capsys.readouterr().out.startswith("Not yet:")
+    for odd in (float("nan"), float("inf"), torch.tensor(float("nan"))):
+        assert not check(odd)
+        said = capsys.readouterr().out
+        assert "not a number you can compare" in said or "a whole number (an int)" in said, said
