@@ -139,3 +139,24 @@ def test_a_file_that_is_not_a_notebook_is_named(tmp_path):
     assert grading.unreadable(empty) == "the file is empty"
     assert grading.unreadable(text).startswith("not a notebook (")
     assert grading.unreadable(INSTRUCTOR / "01_dp_intro.ipynb") == ""
+
+
+def test_grading_more_into_a_gradebook_keeps_its_rows(tmp_path, capsys):
+    """Sweep 3 (G9, G10): each `grade ... --out g.csv` replaced the gradebook, so a teacher who
+    graded submissions as they came in kept only the last batch, and a file that was not a
+    gradebook was overwritten. Now earlier rows stay, a submission graded again gets its new row,
+    and another file there is refused before any grading."""
+    out = tmp_path / "g.csv"
+    a, b = tmp_path / "a_01_dp_intro.ipynb", tmp_path / "b_01_dp_intro.ipynb"
+    a.write_text("")   # empty: graded zero at once, without a kernel
+    b.write_text("")
+    grading.grade([str(a)], out)
+    grading.grade([str(b)], out)
+    grading.grade([str(a)], out)
+    assert [r["submission"] for r in csv.DictReader(out.open())] == [str(b), str(a)]
+    assert "kept 1 earlier row(s), replaced 1" in capsys.readouterr().out
+    other = tmp_path / "marks.csv"
+    other.write_text("name,mark\nalice,9\n")
+    with pytest.raises(grading.GradingError, match="is not a gradebook of course.py grade"):
+        grading.grade([str(a)], other)
+    assert other.read_text() == "name,mark\nalice,9\n"

@@ -16,7 +16,9 @@ with ``01``), and graded against that notebook's instructor version (``instructo
   graded as usual whatever one of them does.
 
 The CSV has one row per submission, named by its path: the notebook, each exercise's points, the
-total, the most it could get, and a note where something went wrong. nbgrader's course folder (its
+total, the most it could get, and a note where something went wrong. Grading into a gradebook that
+exists keeps its rows (a submission graded again gets its new row); a file there that is not a
+gradebook is refused before any grading. nbgrader's course folder (its
 gradebook.db and the graded copies) is made in a temporary folder inside the course's checkout
 (each notebook's set-up cell finds the course from there), and removed afterwards unless
 ``--keep DIR`` names a folder to copy it to.
@@ -187,6 +189,30 @@ def unreadable(path):
     return ""
 
 
+def earlier_rows(out):
+    """The rows of the gradebook ``out`` already holds ([] when there is none): grading more
+    submissions into it keeps them, and a submission graded again gets its new row. A file there
+    that is not a gradebook is refused before any grading, and left as it is."""
+    path = Path(out)
+    if not path.exists():
+        return []
+    if path.is_dir():
+        raise GradingError(f"--out {out} is a folder: give a file name in it")
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = reader.fieldnames or []
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise GradingError(f"--out {out} cannot be read as a gradebook ({err}): give another "
+                           "--out, or move that file away") from err
+    if not {"submission", "total", "out_of"} <= set(header):
+        raise GradingError(f"--out {out} exists and is not a gradebook of course.py grade (no "
+                           "submission, total and out_of columns), and it would be replaced: "
+                           "give another --out, or move that file away")
+    return rows
+
+
 def grade(submissions, out, source_dir=INSTRUCTOR, timeout=120, keep=None):
     """Grade every submission and write the gradebook CSV ``out``; returns its rows."""
     sources = sorted(Path(source_dir).glob("[0-9][0-9]_*.ipynb"))
@@ -197,6 +223,7 @@ def grade(submissions, out, source_dir=INSTRUCTOR, timeout=120, keep=None):
         raise GradingError(f"no such file: {', '.join(map(str, missing))}")
     if not Path(out).resolve().parent.is_dir():
         raise GradingError(f"--out {out}: its folder does not exist")
+    earlier = earlier_rows(out)
     matched = [(Path(s), assignment_for(s, sources)) for s in submissions]
 
     rows = []
@@ -231,6 +258,11 @@ def grade(submissions, out, source_dir=INSTRUCTOR, timeout=120, keep=None):
             print(f"{path}: {row['total']:g} of {row['out_of']:g}" + (f" ({note})" if note else ""))
         if keep:
             shutil.copytree(course, keep, dirs_exist_ok=True)
+    graded_now = {row["submission"] for row in rows}
+    kept = [row for row in earlier if row["submission"] not in graded_now]
+    if earlier:
+        print(f"{out}: kept {len(kept)} earlier row(s), replaced {len(earlier) - len(kept)}")
+    rows = kept + rows
     columns = ["submission", "notebook"]
     for row in rows:
         columns += [k for k in row if k not in columns and k not in ("total", "out_of", "note")]
@@ -247,7 +279,7 @@ def grade(submissions, out, source_dir=INSTRUCTOR, timeout=120, keep=None):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="course.py grade", description=__doc__.split("\n")[0])
     parser.add_argument("submissions", nargs="+", help="handed-in notebooks (.ipynb)")
-    parser.add_argument("--out", required=True, help="the gradebook CSV to write")
+    parser.add_argument("--out", required=True, help="the gradebook CSV to write, or to add to")
     parser.add_argument("--timeout", type=int, default=120,
                         help="seconds a cell may run before it is stopped (default 120)")
     parser.add_argument("--source", default=str(INSTRUCTOR),
