@@ -122,6 +122,8 @@ def check_padded_shards(answer):
 _WORLD, _GLOBAL_BATCH, _LR, _EPOCHS, _ROWS = 2, 12, 0.5, 2, 48
 #: Seconds the two workers of exercise 5 may take together.
 _DEADLINE = 120
+#: Seconds a rank waits at a collective for the other one.
+_TIMEOUT = 60
 
 
 def _dataset():
@@ -170,13 +172,16 @@ def check_ddp_worker(worker):
     dataset = _dataset()
     try:
         results = launch(run_worker_for_check, _WORLD, source, worker.__name__, dataset,
-                         _GLOBAL_BATCH, _LR, _EPOCHS, deadline=_DEADLINE)
+                         _GLOBAL_BATCH, _LR, _EPOCHS, timeout=_TIMEOUT, deadline=_DEADLINE)
     except WorkerError as err:
         last = (err.worker_traceback.strip().splitlines() or [str(err)])[-1]
         if last.startswith("NameError"):
             last += (" (the worker runs in new processes from its own source alone: import what "
                      "it uses, torch, nn and the rest, inside the function)")
-        return report(False, "", f"a worker raised: {last}", 0)
+        # launch's own explanation of a timeout or a peer that left (which rank to look at)
+        why = [line.strip() for line in str(err).splitlines()
+               if line.startswith(("A worker waited", "Rank(s)"))]
+        return report(False, "", " ".join([f"a worker raised: {last}", *why]), 0)
     except TimeoutError:
         return report(False, "", f"the workers did not finish within {_DEADLINE} s (a right one "
                       "takes a few seconds) and were stopped: look for a loop that never ends, "

@@ -123,6 +123,10 @@ WRONG = {  # the typical mistakes, as edits of right_worker's source
     "loops_forever": [("            optimizer.step()\n", "            optimizer.step()\n"
                        "            while True:\n                pass\n")],
     "imports_outside": [("    import torch\n", "")],   # as if torch were imported in another cell
+    "rank1_late": [("    device = rank_device()\n", "    device = rank_device()\n"
+                    "    import time\n    if dist.get_rank() == 1:\n        time.sleep(30)\n")],
+    "makes_the_group": [("    device = rank_device()\n", "    dist.init_process_group('gloo')\n"
+                         "    device = rank_device()\n")],   # as PyTorch's tutorial workers do
     "rank0_only": [("    return {k: v.cpu()", "    if dist.get_rank():\n        return None\n"
                     "    return {k: v.cpu()")],
 }
@@ -164,6 +168,17 @@ def test_ddp_worker_right(capsys, tmp_path):
 ])
 def test_ddp_worker_wrong(capsys, tmp_path, name, words):
     assert_wrong(capsys, checks.check_ddp_worker, make_worker(name, tmp_path), words)
+
+
+def test_ddp_worker_that_waits_or_makes_the_group_is_told_why(capsys, tmp_path, monkeypatch):
+    """Sweep 3 (X10, X11): the check kept only the traceback's last line, gloo's "Timed out
+    waiting 60000ms", and dropped launch's pointer to the rank that never came; and a worker
+    that makes its own process group got torch's "initialize the default process group twice"."""
+    monkeypatch.setattr(checks, "_TIMEOUT", 5)
+    assert_wrong(capsys, checks.check_ddp_worker, make_worker("rank1_late", tmp_path),
+                 "Rank(s) [1] had neither returned nor raised")
+    assert_wrong(capsys, checks.check_ddp_worker, make_worker("makes_the_group", tmp_path),
+                 "launch made the process group before calling it")
 
 
 @pytest.mark.parametrize("wrong", ["right_worker", right_worker.__call__, print])
