@@ -78,8 +78,24 @@ def ensure_venv(extras):
         sys.exit(f"[course] Python 3.11 or newer is needed; this is {sys.version.split()[0]}. "
                  "Run this script with python3.11 (or newer).")
     if not PY.exists():
+        shared = bool(os.environ.get("DP_COURSE_VENV"))
+        if VENV.exists() and not VENV.is_dir():
+            sys.exit(f"[course] {VENV} is a file, not an environment: check DP_COURSE_VENV, or "
+                     "unset it to use the course's own .venv.")
+        if shared and VENV.exists() and any(VENV.iterdir()):
+            sys.exit(f"[course] {VENV} (DP_COURSE_VENV) is a folder but not a Python "
+                     "environment: check the path your teacher gave, or unset DP_COURSE_VENV.")
+        if shared:
+            say(f"DP_COURSE_VENV names {VENV}, which does not exist yet: making a new environment "
+                "there (several GB). If you meant your class's shared one, stop now (Ctrl-C) and "
+                "check the path.")
         say(f"creating {VENV}")
-        venv.EnvBuilder(with_pip=True).create(VENV)
+        try:
+            venv.EnvBuilder(with_pip=True).create(VENV)
+        except (OSError, ValueError) as err:
+            sys.exit(f"[course] cannot make an environment at {VENV} ({err}): "
+                     + ("check DP_COURSE_VENV, or unset it to use the course's own .venv."
+                        if shared else "check that you may write in this folder."))
     if installed_covers(extras):
         say(f"{VENV} is up to date")
         return

@@ -146,3 +146,29 @@ def test_an_environment_with_the_test_tools_also_serves_lab(tmp_path, monkeypatc
     assert installs and fresh.installed_covers(["course", "test"])
     fresh.STAMP.write_text("0" * 64 + " course,test\n")   # another pyproject.toml
     assert not fresh.installed_covers(["course"])
+
+
+@pytest.mark.parametrize("case", ["missing parent", "a file", "a folder that is not one"])
+def test_a_shared_environment_path_that_cannot_be_one_is_named(tmp_path, monkeypatch, case):
+    """Sweep 3 (V1, V2, V6): DP_COURSE_VENV naming a path whose folder is missing, a file, or
+    a folder of other things ended in venv's raw tracebacks (or would start an install there)."""
+    where = {"missing parent": tmp_path / "no" / "such" / "venv", "a file": tmp_path / "old.pt",
+             "a folder that is not one": tmp_path / "data"}[case]
+    if case == "a file":
+        where.write_text("weights")
+    if case == "a folder that is not one":
+        where.mkdir()
+        (where / "notes.txt").write_text("mine")
+    monkeypatch.setenv("DP_COURSE_VENV", str(where))
+    course = load_course()
+    installs = []
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: installs.append(cmd))
+    if case == "missing parent":   # as under /proc, or a folder the user may not write in
+        monkeypatch.setattr(course.venv.EnvBuilder, "create", lambda self, path: (_ for _ in ())
+                            .throw(FileNotFoundError(2, "No such file or directory", str(path))))
+    with pytest.raises(SystemExit) as stop:
+        course.ensure_venv(["course"])
+    said = str(stop.value)
+    assert str(where) in said and "DP_COURSE_VENV" in said and installs == [], said
+    if case == "a file":
+        assert where.read_text() == "weights"
