@@ -198,8 +198,12 @@ def _check_world_size(world_size):
             f"same with 2 or 4 ranks.")
 
 
-def _worker(fn, args, backend, timeout, store_host, store_port):
+def _worker(fn, args, backend, timeout, store_host, store_port, launcher):
     """Body of every worker process: join the process group, run ``fn``, leave the group."""
+    # First: end with the launcher, however it ends. torch's own parent-death signal here is
+    # SIGINT, which a bare ``except:`` in ``fn`` swallows, and it is set only once the worker has
+    # started: a launcher killed before that was never noticed.
+    exit_with_parent(launcher)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # torch was imported (to unpickle this call) before the launcher set OMP_NUM_THREADS, too late
     # for it to take effect: apply it here, or every worker runs as many threads as there are cores.
@@ -474,7 +478,8 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
         with _quiet_elastic_logs():
             ctx = start_processes(
                 name=getattr(fn, "__name__", "worker"), entrypoint=_worker,
-                args={r: (fn, args, backend, timeout, host, store.port) for r in range(world_size)},
+                args={r: (fn, args, backend, timeout, host, store.port, os.getpid())
+                      for r in range(world_size)},
                 envs=envs, start_method="spawn",
                 # stderr goes to a file, read back when a worker fails; stdout is left alone.
                 logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ERR))
@@ -659,14 +664,16 @@ def run_torchrun(script, nproc, *script_args, report=True, nnodes=1, timeout=600
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def exit_with_parent():
+def exit_with_parent(parent=None):
     """Make this process end (SIGTERM) when its parent ends, however it ends: for a script's
     worker under torchrun, so that a torchrun killed outright (SIGKILL, which it cannot pass on)
-    does not leave its workers training on and writing over earlier results. On Linux the
-    parent-death signal; elsewhere a daemon thread that looks at the parent every second.
-    Call it first thing in the worker (``scripts/common.py``'s ``setup_ddp`` does).
+    does not leave its workers training on and writing over earlier results, and for
+    :func:`launch`'s workers. On Linux the parent-death signal; elsewhere a daemon thread that
+    looks at the parent every second. Call it first thing in the worker (``scripts/common.py``'s
+    ``setup_ddp`` does). ``parent``: the pid the parent had when it started this process, so
+    that a parent that ended before this call is noticed too (the parent then is another one).
     """
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
     if sys.platform.startswith("linux"):
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG

@@ -3,6 +3,7 @@ paths, and the from-scratch all-reduce.
 
 Each launch starts real processes (a few seconds each), so the checks are grouped into few launches.
 """
+import contextlib
 import datetime
 import inspect
 import os
@@ -129,10 +130,12 @@ def test_launch_workers_join_the_group_by_the_rule(monkeypatch, gpus, backend, d
     joined = []
     monkeypatch.setattr(dist, "init_process_group", lambda b, **kw: joined.append((b, kw)))
     monkeypatch.setattr(dist, "destroy_process_group", lambda: None)
+    monkeypatch.setattr(launch_module, "exit_with_parent", lambda parent: None)   # not pytest's
     store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False)
     with warnings.catch_warnings(record=True) as caught:  # 1 GPU, 2 processes: said, not silent
         warnings.simplefilter("always")
-        device = launch_module._worker(dd.rank_device, (), None, 5, "127.0.0.1", store.port)
+        device = launch_module._worker(dd.rank_device, (), None, 5, "127.0.0.1", store.port,
+                                       os.getppid())
     assert any("every rank runs on the CPU" in str(w.message) for w in caught) == (gpus == 1)
     assert device == (device_id or torch.device("cpu"))
     [(asked, options)] = joined
@@ -457,6 +460,69 @@ def test_torchrun_stops_when_the_notebook_dies(tmp_path, watch):
     kernel.send_signal(signal.SIGKILL)
     kernel.wait()
     assert gone(started, wait=30), [p for p in started if psutil.pid_exists(p)]
+
+
+def sleep_in_a_loop_that_swallows_interrupts(pid_file):
+    """A learner's worker whose loop catches everything, KeyboardInterrupt included."""
+    Path(f"{pid_file}{os.environ['RANK']}").write_text(str(os.getpid()))
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        try:
+            time.sleep(0.2)
+        except:  # noqa: E722 - the point of the test
+            pass
+
+
+def _marked(mark):
+    import psutil
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("DP_TEST_MARK") == mark:
+                found.append(process.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("when", ["while the workers start", "while a worker swallows Ctrl-C"])
+def test_launch_workers_end_with_a_launcher_killed_outright(tmp_path, when):
+    """Sweep 3 (K8, K9, K11): a notebook kernel killed as launch's workers were starting, or while
+    a worker's bare except swallowed torch's parent-death signal (SIGINT), left the workers
+    running. Each worker now has its own parent-death signal (SIGTERM), set first thing, and
+    checks that the launcher is still its parent."""
+    import signal
+    import subprocess
+    import uuid
+    mark = uuid.uuid4().hex
+    code = ("import sys, test_distributed as t, dltools.launch as L\n"
+            "if __name__ == '__main__':\n"
+            "    L.launch(t.sleep_in_a_loop_that_swallows_interrupts, 2, sys.argv[1],"
+            " deadline=300)\n")
+    script = tmp_path / "kernel.py"
+    script.write_text(code)
+    env = {**os.environ, "DP_TEST_MARK": mark, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    kernel = subprocess.Popen([sys.executable, str(script), str(tmp_path / "pid")], env=env)
+    end = time.monotonic() + 60
+    if when == "while the workers start":
+        while not set(_marked(mark)) - {kernel.pid}:   # spawned, not yet running the function
+            assert time.monotonic() < end and kernel.poll() is None, "no worker started"
+            time.sleep(0.05)
+    else:
+        while not all((tmp_path / f"pid{r}").exists() for r in range(2)):
+            assert time.monotonic() < end and kernel.poll() is None, "the workers did not start"
+            time.sleep(0.2)
+    kernel.send_signal(signal.SIGKILL)
+    kernel.wait()
+    end = time.monotonic() + 30
+    while _marked(mark) and time.monotonic() < end:
+        time.sleep(0.2)
+    left = _marked(mark)
+    for pid in left:   # do not leave them to the rest of the suite
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left
 
 
 def test_launch_with_gloo_hides_the_gpus():
