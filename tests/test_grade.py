@@ -8,6 +8,7 @@ deleted check cell), and one whose kernel dies.
 """
 import copy
 import csv
+import shutil
 import subprocess
 import sys
 
@@ -160,3 +161,16 @@ def test_grading_more_into_a_gradebook_keeps_its_rows(tmp_path, capsys):
     with pytest.raises(grading.GradingError, match="is not a gradebook of course.py grade"):
         grading.grade([str(a)], other)
     assert other.read_text() == "name,mark\nalice,9\n"
+
+
+def test_another_notebook_under_the_name_is_named(tmp_path):
+    """Sweep 3 (G8): notebook 03 saved as dave_00_getting_started.ipynb got nbgrader's "Please
+    see the the above traceback", with no traceback."""
+    dave = tmp_path / "dave_01_dp_intro.ipynb"
+    shutil.copy(INSTRUCTOR / "03_dp_vs_ddp.ipynb", dave)
+    source = INSTRUCTOR / NAME
+    assert grading.foreign(dave, source) == ("none of its cells are 01_dp_intro's exercises "
+                                             "(another notebook under this name, or its exercise "
+                                             "cells deleted)")
+    assert grading.foreign(INSTRUCTOR / NAME, source) == ""
+    assert grading.foreign(ROOT / "notebooks" / NAME, source) == ""   # the student version

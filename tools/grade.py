@@ -213,6 +213,24 @@ def earlier_rows(out):
     return rows
 
 
+def _checks(path):
+    """(grade id, source) of each check cell (every notebook's grade ids are ex1_check, ...;
+    the sources name the notebook's own checks module)."""
+    nb = nbformat.read(path, as_version=4)
+    return {(c.metadata.nbgrader.grade_id, c.source.strip()) for c in nb.cells
+            if is_check_cell(c)}
+
+
+def foreign(path, source):
+    """Why the notebook ``path`` cannot be graded as ``source``'s ('' when it can): none of its
+    check cells is one of that notebook's (another notebook saved under its name, or every
+    exercise deleted), which nbgrader reports only as a traceback nobody sees."""
+    if _checks(path) & _checks(source):
+        return ""
+    return (f"none of its cells are {source.stem}'s exercises (another notebook under this "
+            "name, or its exercise cells deleted)")
+
+
 def grade(submissions, out, source_dir=INSTRUCTOR, timeout=120, keep=None):
     """Grade every submission and write the gradebook CSV ``out``; returns its rows."""
     sources = sorted(Path(source_dir).glob("[0-9][0-9]_*.ipynb"))
@@ -242,7 +260,7 @@ def grade(submissions, out, source_dir=INSTRUCTOR, timeout=120, keep=None):
             folder.mkdir(parents=True)
             shutil.copy(path, folder / source.name)
             wanted = exercises(source)
-            problem = unreadable(path)
+            problem = unreadable(path) or foreign(path, source)
             if problem:   # zero for this one, with the reason; the others are graded as usual
                 graded, note = False, f"not graded: {problem}"
             else:
