@@ -133,8 +133,10 @@ def load_fashion_mnist(train=True, root=None, download=True):
                 raise
             # The archives are whole (verified above), so an extracted file is damaged (truncated,
             # emptied): extract again from the archives, once.
-            for name in FASHION_MNIST_EXTRACTED:   # only these: other files are not ours
-                (raw / name).unlink(missing_ok=True)
+            split = "train" if train else "t10k"
+            for name in FASHION_MNIST_EXTRACTED:   # only these, of this split: the rest is fine
+                if name.startswith(split):
+                    (raw / name).unlink(missing_ok=True)
             images, labels = _read(root, train, True, raw)
     except Exception as err:
         # Leave nothing half-written behind: a partial download or extraction would be taken for
@@ -208,6 +210,10 @@ def _check_extracted(raw, train, local):
     prefix = "train" if train else "t10k"
     for name, md5 in FASHION_MNIST_EXTRACTED.items():
         path = raw / name
+        if name.startswith(prefix) and path.exists() and not path.is_file():
+            raise DatasetUnavailableError(
+                f"{path} is a folder, where the file of that name extracted from the archives "
+                "belongs: move it away or delete it, and run this again.")
         if name.startswith(prefix) and path.is_file() and _md5(path) != md5:
             if not local:
                 raise DatasetUnavailableError(

@@ -155,6 +155,25 @@ def test_repairing_the_extracted_files_keeps_everything_else(archive_root, offli
     assert (raw / "train-images-idx3-ubyte").exists() == (raw / "train-labels-idx1-ubyte").exists()
 
 
+def test_a_folder_where_an_extracted_file_belongs_is_named(archive_root, offline):
+    """Sweep 3 (D4): a folder named t10k-images-idx3-ubyte gave "Is a directory" and "Put the
+    four archives in ...", though they were there, and the retry deleted the other split's
+    extracted files."""
+    raw = archive_root / "FashionMNIST" / "raw"
+    data.load_fashion_mnist(train=True, root=archive_root)    # extracts the training files
+    trained = {n: (raw / n).read_bytes() for n in ("train-images-idx3-ubyte",
+                                                   "train-labels-idx1-ubyte")}
+    (raw / "t10k-images-idx3-ubyte").unlink(missing_ok=True)
+    (raw / "t10k-images-idx3-ubyte").mkdir()
+    with pytest.raises(dltools.DatasetUnavailableError,
+                       match="t10k-images-idx3-ubyte is a folder, where the file of that name"):
+        data.load_fashion_mnist(train=False, root=archive_root)
+    assert {n: (raw / n).read_bytes() for n in trained} == trained
+    (raw / "t10k-images-idx3-ubyte").rmdir()
+    images, _ = data.load_fashion_mnist(train=False, root=archive_root)
+    assert images.shape == (10000, 28, 28)
+
+
 def test_a_root_that_is_the_archive_folder_itself_is_named(archive_root, offline):
     raw = archive_root / "FashionMNIST" / "raw"
     with pytest.raises(dltools.DatasetUnavailableError, match=f"pass {archive_root}"):
