@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import psutil
@@ -486,6 +487,10 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
             end = None if deadline is None else time.monotonic() + deadline
             result = None
             while result is None:
+                returned = _all_returned(ctx, world_size)
+                if returned is not None:   # all ranks returned: their processes may end now
+                    _let_finish(ctx, fn)
+                    return returned
                 result = ctx.wait(timeout=0.05, period=0.05)
                 if result is None:
                     _check_no_silent_exit(ctx, fn)
@@ -537,6 +542,39 @@ def _silent_ranks(ctx, world_size, rank, returned):
         return [r for r in range(world_size) if r != rank and r not in returned
                 and not os.path.isfile(ctx.error_files[r])]
     return []
+
+
+#: Seconds a worker may take to end after every rank has returned.
+EXIT_GRACE = 10
+
+
+def _all_returned(ctx, world_size):
+    """Every rank's result in rank order once all have returned, else None. Read here, as
+    torch's own poll does, because that poll then waits, with no limit, for every worker process
+    to end, and a worker whose function left a thread running never ends."""
+    queues, values = getattr(ctx, "_ret_vals", None), getattr(ctx, "_return_values", None)
+    if queues is None or values is None:
+        return None
+    for rank in range(world_size):
+        if rank not in values and not queues[rank].empty():
+            values[rank] = queues[rank].get()
+    return [values[r] for r in range(world_size)] if len(values) == world_size else None
+
+
+def _let_finish(ctx, fn):
+    """Tell the workers their results were read, and give them :data:`EXIT_GRACE` seconds to
+    end; one that does not is stopped (by ``ctx.close``) with a warning that says why."""
+    ctx._worker_finished_event.set()
+    processes = getattr(getattr(ctx, "_pc", None), "processes", [])
+    end = time.monotonic() + EXIT_GRACE
+    while any(p.exitcode is None for p in processes) and time.monotonic() < end:
+        time.sleep(0.05)
+    stuck = [r for r, p in enumerate(processes) if p.exitcode is None]
+    if stuck:
+        warnings.warn(f"rank(s) {stuck} of {_name(fn)} returned, but their processes did not end "
+                      f"within {EXIT_GRACE} s and were stopped: the function left something "
+                      "running (a thread that is not a daemon, a pool). The results are kept.",
+                      RuntimeWarning, stacklevel=3)
 
 
 def _check_no_silent_exit(ctx, fn):

@@ -380,6 +380,27 @@ def test_an_argument_the_workers_cannot_receive_is_named_before_starting(value):
     assert_no_process_left()
 
 
+def leave_a_thread_running():
+    """A worker whose function returns with a thread (not a daemon) still running."""
+    import threading
+    threading.Thread(target=time.sleep, args=(120,), name="learners_thread").start()
+    return dist.get_rank()
+
+
+def test_a_worker_that_cannot_end_after_returning_does_not_hang_launch(monkeypatch):
+    """Sweep 3 (O4b): once every rank had returned, torch's poll waited with no limit for the
+    worker processes to end, past launch's deadline; a thread the function left running kept
+    one alive for ever. The results now come back, the process is stopped, and a warning
+    says why."""
+    monkeypatch.setattr(launch_module, "EXIT_GRACE", 2)
+    start = time.monotonic()
+    with pytest.warns(RuntimeWarning, match=r"rank\(s\) \[0, 1\] .* returned, but their "
+                                            r"processes did not end within 2 s"):
+        assert dd.launch(leave_a_thread_running, 2, deadline=60) == [0, 1]
+    assert time.monotonic() - start < 30
+    assert_no_process_left()
+
+
 def init_the_group_again():
     """A worker written as PyTorch's DDP tutorial's are: it makes its own process group."""
     dist.init_process_group("gloo")
