@@ -91,10 +91,10 @@ def _course_as_a_git_repository(dest):
 
 
 def test_notebooks_run_from_an_empty_folder(tmp_path, monkeypatch):
-    """As on Colab: notebook 00 alone in a folder; its set-up cell clones the course
-    (DP_COURSE_REPO: a local repository) and it runs top to bottom, its exercise checks (imported
-    from the clone's notebooks/) included. Every notebook's set-up cell is the same (checked
-    above), so one notebook stands for all."""
+    """As on Colab: notebooks 00 and 01 alone in a folder. The first one's set-up cell clones
+    the course (DP_COURSE_REPO: a local repository), the second finds that clone; each runs top
+    to bottom, its exercise checks (imported from the clone's notebooks/) and notebook 01's
+    thread replicas included. Every notebook's set-up cell is the same (checked above)."""
     remote, work = tmp_path / "remote", tmp_path / "work"
     remote.mkdir()
     work.mkdir()
@@ -107,17 +107,17 @@ def test_notebooks_run_from_an_empty_folder(tmp_path, monkeypatch):
     where = nbformat.v4.new_code_cell(
         "import subprocess\nprint(dltools.__file__)\nprint(subprocess.run([sys.executable, '-c', "
         "'import dltools; print(dltools.__file__)'], capture_output=True, text=True).stdout)")
-    name = "00_getting_started.ipynb"
-    shutil.copy(ROOT / "notebooks" / name, work / name)
-    nb = nbformat.read(work / name, as_version=4)
-    nb.cells.append(where)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(work)}}).execute()
-    setup = next(c for c in nb.cells if c.cell_type == "code")
-    said = "".join(o.get("text", "") for o in setup.outputs)
-    assert said == f"The course is set up in {clone}.\n", said
-    files = "".join(o.get("text", "") for o in nb.cells[-1].outputs).split()
-    assert files == [str(clone / "dltools" / "__init__.py")] * 2, files
+    for name in ("00_getting_started.ipynb", "01_dp_intro.ipynb"):
+        shutil.copy(ROOT / "notebooks" / name, work / name)
+        nb = nbformat.read(work / name, as_version=4)
+        nb.cells.append(where)
+        NotebookClient(nb, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(work)}}).execute()
+        setup = next(c for c in nb.cells if c.cell_type == "code")
+        said = "".join(o.get("text", "") for o in setup.outputs)
+        assert said == f"The course is set up in {clone}.\n", (name, said)
+        files = "".join(o.get("text", "") for o in nb.cells[-1].outputs).split()
+        assert files == [str(clone / "dltools" / "__init__.py")] * 2, (name, files)
     assert (clone / "scripts" / "train_ddp.py").is_file()
 
 
