@@ -236,8 +236,9 @@ def _worker(fn, args, backend, timeout, store_host, store_port, launcher):
             if "default process group twice" not in str(err):
                 raise
             # PyTorch's tutorials set up the group inside the worker; under launch it exists.
-            raise RuntimeError(f"{_name(fn)} called dist.init_process_group on rank {rank}, but "
-                               "launch made the process group before calling it: remove that "
+            raise RuntimeError(f"dist.init_process_group was called on rank {rank} (by "
+                               f"{_name(fn)} or a function it calls), but launch made the "
+                               "process group before calling it: remove that "
                                "call (and any setup() that makes it, with MASTER_ADDR and "
                                "MASTER_PORT) from the function; dist.get_rank() and "
                                "dist.get_world_size() work as they are.") from err

@@ -6,6 +6,8 @@ Jupyter's help (Shift-Tab) does not show them.
 """
 import math
 
+import torch
+
 from dltools.data import FASHION_MNIST_LABELS
 from dltools.exercises import int_tuple, is_int, plain, report
 
@@ -32,7 +34,10 @@ def check_test_images_per_class(answer):
     """Exercise 2: how many test images each class has."""
     answer = plain(answer)
     expected = _TEST_IMAGES // len(FASHION_MNIST_LABELS)
-    if answer is not None and not is_int(answer):
+    if isinstance(answer, torch.Tensor) and answer.numel() > 1:
+        hint = (f"that is a tensor of {answer.numel()} numbers, one per class: give the one "
+                "number each class has (for example counts[0].item()).")
+    elif answer is not None and not is_int(answer):
         hint = ("a number of images is a whole number (an int)" +
                 (", not a float." if isinstance(answer, float) else "."))
     elif answer == _TRAIN_IMAGES // len(FASHION_MNIST_LABELS):

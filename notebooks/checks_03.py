@@ -181,7 +181,8 @@ def check_ddp_worker(worker):
         # launch's own explanation of a timeout or a peer that left (which rank to look at)
         why = [line.strip() for line in str(err).splitlines()
                if line.startswith(("A worker waited", "Rank(s)"))]
-        return report(False, "", " ".join([f"a worker raised: {last}", *why]), 0)
+        said = f"a worker raised: {last}" + ("" if last.endswith(".") else ".")
+        return report(False, "", " ".join([said, *why]), 0)
     except TimeoutError:
         return report(False, "", f"the workers did not finish within {_DEADLINE} s (a right one "
                       "takes a few seconds) and were stopped: look for a loop that never ends, "

@@ -53,3 +53,9 @@ def test_unanswered_and_no_answer_in_the_help(capsys, check):
 ])
 def test_hints_fit_the_mistake(capsys, check, answer, says):
     assert_wrong(capsys, check, answer, says)
+
+
+def test_the_whole_bincount_is_told_to_give_one_of_its_numbers(capsys):
+    """Sweep 4: torch.bincount(labels) itself (ten counts) was told "a whole number (an int)"."""
+    assert not checks.check_test_images_per_class(torch.full((10,), 1000))
+    assert "a tensor of 10 numbers, one per class" in capsys.readouterr().out
