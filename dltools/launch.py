@@ -432,7 +432,9 @@ def launch(fn, world_size, *args, backend=None, timeout=DEFAULT_TIMEOUT,
     joining the group) waits at most ``timeout`` seconds for a peer: a hung peer ends in
     :class:`WorkerTimeoutError` (a ``TimeoutError``). ``deadline`` (seconds, default 600; ``None``
     for none) limits the whole run; past it every worker is stopped and ``TimeoutError`` is
-    raised. ``env``: extra
+    raised. A ``world_size`` above :func:`max_processes` is refused before anything starts.
+    Workers that have all returned but do not end within :data:`EXIT_GRACE` seconds (a thread
+    ``fn`` left running) are stopped, with a warning; the results are kept. ``env``: extra
     environment variables. Each worker gets ``OMP_NUM_THREADS`` = cores / ``world_size`` (at
     least 1) unless ``env`` sets it, and runs that many torch threads
     (``torch.set_num_threads``), so the workers do not oversubscribe the cores.
