@@ -106,16 +106,23 @@ def test_a_read_only_environment_is_used_as_it_is(tmp_path, monkeypatch):
     assert "unset DP_COURSE_VENV" in str(stop.value) and installs == []
 
 
+def _made_environment(path, monkeypatch):
+    """course.py on an environment at ``path`` (DP_COURSE_VENV) that has a Python; its installs
+    are recorded, not run."""
+    monkeypatch.setenv("DP_COURSE_VENV", str(path))
+    course = load_course()
+    course.PY.parent.mkdir(parents=True)
+    course.PY.write_text("")
+    installs = []
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: installs.append(cmd))
+    monkeypatch.setattr(course, "register_kernel", lambda: None)
+    return course, installs
+
+
 def test_a_class_environment_that_another_user_owns_is_not_reinstalled(tmp_path, monkeypatch):
     """A teacher's environment made group-writable: a student whose copy of the course differs
     is told what to do, not given a reinstall of the whole class's environment."""
-    monkeypatch.setenv("DP_COURSE_VENV", str(tmp_path / "class-env"))
-    shared = load_course()
-    shared.PY.parent.mkdir(parents=True)
-    shared.PY.write_text("")
-    installs = []
-    monkeypatch.setattr(shared, "run", lambda cmd, **kw: installs.append(cmd))
-    monkeypatch.setattr(shared, "register_kernel", lambda: None)
+    shared, installs = _made_environment(tmp_path / "class-env", monkeypatch)
     shared.STAMP.write_text("0" * 64 + " course\n")          # another version of the course
     assert os.access(shared.VENV, os.W_OK)                  # writable, as for the group
     owner = shared.VENV.stat().st_uid
@@ -130,13 +137,7 @@ def test_a_class_environment_that_another_user_owns_is_not_reinstalled(tmp_path,
 
 def test_an_environment_with_the_test_tools_also_serves_lab(tmp_path, monkeypatch):
     """`course.py test` then `course.py lab`: no second install (offline it would fail)."""
-    monkeypatch.setenv("DP_COURSE_VENV", str(tmp_path / "env"))
-    fresh = load_course()
-    fresh.PY.parent.mkdir(parents=True)
-    fresh.PY.write_text("")
-    installs = []
-    monkeypatch.setattr(fresh, "run", lambda cmd, **kw: installs.append(cmd))
-    monkeypatch.setattr(fresh, "register_kernel", lambda: None)
+    fresh, installs = _made_environment(tmp_path / "env", monkeypatch)
     fresh.STAMP.write_text(fresh.wanted_stamp(["test", "course"]) + "\n")
     fresh.ensure_venv(["course"])
     fresh.ensure_venv(["course", "test"])
